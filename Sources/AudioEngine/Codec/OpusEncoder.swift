@@ -1,0 +1,69 @@
+// The libopus encoder behind a Swift type: 48 kHz stereo, 20 ms frames, float PCM in.
+import COpus
+
+/// Errors from libopus, with its own description of the code.
+public struct OpusError: Error, CustomStringConvertible, Equatable {
+    public let code: Int32
+    public let operation: String
+    public var description: String {
+        "\(operation) failed: \(String(cString: opus_strerror(code))) (\(code))"
+    }
+}
+
+/// Settings of the Opus encoder. The defaults are the design's: music, complexity 10, 128 kbit/s.
+public struct OpusEncoderConfiguration: Sendable, Equatable {
+    public var bitrate: Int32 = 128_000
+    public var complexity: Int32 = 10
+    public init(bitrate: Int32 = 128_000, complexity: Int32 = 10) {
+        self.bitrate = bitrate
+        self.complexity = complexity
+    }
+}
+
+/// Encodes 20 ms stereo frames (960 samples per channel, interleaved floats) into Opus packets.
+public final class OpusEncoder {
+    public static let sampleRate: Int32 = 48_000
+    public static let channels = 2
+    public static let samplesPerFrame = 960
+    /// Interleaved floats in one frame.
+    public static let frameFloats = samplesPerFrame * channels
+    /// Upper bound of one packet at these settings (libopus's recommended buffer size).
+    static let maxPacketBytes = 4_000
+
+    private let encoder: OpaquePointer
+    private var output = [UInt8](repeating: 0, count: OpusEncoder.maxPacketBytes)
+
+    public init(configuration: OpusEncoderConfiguration = .init()) throws(OpusError) {
+        var error: Int32 = 0
+        guard let encoder = opus_encoder_create(Self.sampleRate, Int32(Self.channels), OPUS_APPLICATION_AUDIO, &error),
+            error == OPUS_OK
+        else { throw OpusError(code: error, operation: "opus_encoder_create") }
+        self.encoder = encoder
+        try Self.check(tonearm_opus_set_bitrate(encoder, configuration.bitrate), "OPUS_SET_BITRATE")
+        try Self.check(tonearm_opus_set_complexity(encoder, configuration.complexity), "OPUS_SET_COMPLEXITY")
+        try Self.check(tonearm_opus_set_signal_music(encoder), "OPUS_SET_SIGNAL")
+    }
+
+    deinit { opus_encoder_destroy(encoder) }
+
+    /// Encodes exactly one frame of `frameFloats` interleaved samples and hands the packet to `body`.
+    public func encode<R>(
+        _ pcm: UnsafeBufferPointer<Float>, _ body: (UnsafeRawBufferPointer) throws -> R
+    ) throws -> R {
+        precondition(pcm.count == Self.frameFloats, "an Opus frame is \(Self.frameFloats) interleaved floats")
+        let length = output.withUnsafeMutableBufferPointer { out in
+            opus_encode_float(encoder, pcm.baseAddress!, Int32(Self.samplesPerFrame), out.baseAddress!, Int32(out.count))
+        }
+        guard length > 0 else { throw OpusError(code: length, operation: "opus_encode_float") }
+        return try output.withUnsafeBytes { try body(UnsafeRawBufferPointer(rebasing: $0[0..<Int(length)])) }
+    }
+
+    /// Encodes one frame and returns the packet bytes.
+    public func encode(_ pcm: [Float]) throws -> [UInt8] {
+        try pcm.withUnsafeBufferPointer { try encode($0) { Array($0) } }
+    }
+
+    private static func check(_ code: Int32, _ operation: String) throws(OpusError) {
+        guard code == OPUS_OK else { throw OpusError(code: code, operation: operation) }
+    }
+}

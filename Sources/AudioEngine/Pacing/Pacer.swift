@@ -1,0 +1,99 @@
+// The one clock of the engine: a dedicated thread that wakes at absolute deadlines
+// (`start + n × 20 ms`), collects one frame per streaming session and writes the tick's batch.
+import Foundation
+import Logging
+import ServiceLifecycle
+import Synchronization
+
+/// Monotonic time and sleeping until an absolute instant; injectable for tests.
+protocol PacerClock: Sendable {
+    /// Nanoseconds on a monotonic clock.
+    func now() -> UInt64
+    func sleep(until deadline: UInt64)
+}
+
+/// CLOCK_MONOTONIC with `clock_nanosleep(TIMER_ABSTIME)`, so sleeps never accumulate drift.
+struct MonotonicClock: PacerClock {
+    func now() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+    }
+
+    func sleep(until deadline: UInt64) {
+        var ts = timespec(tv_sec: Int(deadline / 1_000_000_000), tv_nsec: Int(deadline % 1_000_000_000))
+        while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nil) == EINTR {}
+    }
+}
+
+/// The deadline arithmetic of the pacer, kept apart from threads so it can be tested directly.
+struct TickSchedule {
+    static let interval: UInt64 = 20_000_000
+    let start: UInt64
+    private(set) var tick: UInt64 = 0
+
+    init(start: UInt64) { self.start = start }
+
+    var nextDeadline: UInt64 { start + (tick + 1) * Self.interval }
+
+    /// Advances past the deadline just slept to. When `now` is already beyond later deadlines,
+    /// those ticks are skipped (never burst) and returned as late.
+    mutating func advance(now: UInt64) -> UInt64 {
+        tick += 1
+        let due = start + tick * Self.interval
+        guard now >= due + Self.interval else { return 0 }
+        let late = (now - due) / Self.interval
+        tick += late
+        return late
+    }
+}
+
+/// Runs the tick loop on its own thread while the service runs.
+final class Pacer: Service, Sendable {
+    private let manager: SessionManager
+    private let sink: AudioSocketServer
+    private let clock: any PacerClock
+    private let logger: Logger
+    private let running = Atomic<Bool>(false)
+
+    init(manager: SessionManager, sink: AudioSocketServer, clock: any PacerClock = MonotonicClock(), logger: Logger) {
+        self.manager = manager
+        self.sink = sink
+        self.clock = clock
+        self.logger = logger
+    }
+
+    func run() async throws {
+        running.store(true, ordering: .relaxed)
+        let finished = AsyncStream<Void>.makeStream()
+        let thread = Thread { [self] in
+            loop()
+            finished.continuation.finish()
+        }
+        thread.name = "tonearm-pacer"
+        thread.qualityOfService = .userInteractive
+        thread.start()
+        try? await gracefulShutdown()
+        // Emit every session's `finished` through the clock, so the wire order holds to the end.
+        manager.stopAll()
+        running.store(false, ordering: .relaxed)
+        for await _ in finished.stream {}
+    }
+
+    private func loop() {
+        var schedule = TickSchedule(start: clock.now())
+        while running.load(ordering: .relaxed) {
+            clock.sleep(until: schedule.nextDeadline)
+            let late = schedule.advance(now: clock.now())
+            tick(lateTicks: late)
+        }
+        // One last tick writes the `finished` events of the shutdown.
+        tick(lateTicks: 0)
+    }
+
+    private func tick(lateTicks: UInt64) {
+        var batch = TickBatch()
+        manager.collectTick(into: &batch, lateTicks: lateTicks)
+        if !batch.isEmpty { sink.write(batch) }
+    }
+}

@@ -1,0 +1,33 @@
+// Everything one pacer tick writes: the full batch for connections that keep up, and the same
+// batch without audio for those that do not (events are never dropped; their order is kept).
+import NIOCore
+import WireProtocol
+
+/// The bytes of one tick, built once and written to every Router connection.
+struct TickBatch {
+    private(set) var all: ByteBuffer
+    private(set) var eventsOnly: ByteBuffer
+    private(set) var frames = 0
+    private(set) var events = 0
+
+    init(allocator: ByteBufferAllocator = ByteBufferAllocator(), capacity: Int = 4_096) {
+        all = allocator.buffer(capacity: capacity)
+        eventsOnly = allocator.buffer(capacity: 256)
+    }
+
+    var isEmpty: Bool { frames == 0 && events == 0 }
+
+    mutating func append(_ event: WireEvent) {
+        let start = all.writerIndex
+        all.writeEvent(event)
+        var line = all.getSlice(at: start, length: all.writerIndex - start)!
+        eventsOnly.writeBuffer(&line)
+        events += 1
+    }
+
+    mutating func append(_ packet: [UInt8], for sessionID: SessionID) {
+        // A packet comes from libopus and is at most 4,000 bytes, well inside the frame cap.
+        try! all.writeAudioPacket(sessionID: sessionID, payload: packet)
+        frames += 1
+    }
+}

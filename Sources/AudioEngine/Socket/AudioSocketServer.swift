@@ -1,0 +1,110 @@
+// The Unix socket the Router reads from. Any number of Router connections; each receives every
+// tick's batch. A connection that cannot keep up loses its own audio (events still go through),
+// and never slows the pacer or another connection.
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import ServiceLifecycle
+import Synchronization
+
+/// Listens on the engine's Unix socket and writes each pacer tick to every connection.
+final class AudioSocketServer: Service, Sendable {
+    struct Counters: Sendable, Equatable {
+        var connections = 0
+        var accepted: UInt64 = 0
+        /// Audio frames not written to a connection because its buffer was full.
+        var droppedFrames: UInt64 = 0
+    }
+
+    /// Bytes a connection may have waiting before it stops receiving audio (about 250 ms of
+    /// 60 sessions at 128 kbit/s).
+    static let highWatermark = 256 * 1024
+    static let lowWatermark = 128 * 1024
+
+    private let path: String
+    private let group: any EventLoopGroup
+    private let logger: Logger
+    private let connections = Mutex<[ObjectIdentifier: any Channel]>([:])
+    private let counters = Mutex(Counters())
+    private let bound = Mutex<(any Channel)?>(nil)
+
+    init(path: String, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, logger: Logger) {
+        self.path = path
+        self.group = group
+        self.logger = logger
+    }
+
+    var stats: Counters {
+        var value = counters.withLock { $0 }
+        value.connections = connections.withLock { $0.count }
+        return value
+    }
+
+    /// Binds the socket; `run()` calls it, tests may call it directly.
+    func bind() async throws {
+        try FileManager.default.createDirectory(
+            atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        let channel = try await ServerBootstrap(group: group)
+            .serverChannelOption(.backlog, value: 64)
+            .childChannelOption(
+                .writeBufferWaterMark, value: .init(low: Self.lowWatermark, high: Self.highWatermark)
+            )
+            .childChannelInitializer { [self] channel in
+                accept(channel)
+                return channel.eventLoop.makeSucceededVoidFuture()
+            }
+            .bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true)
+            .get()
+        bound.withLock { $0 = channel }
+        logger.info("listening for the Router", metadata: ["socket": "\(path)"])
+    }
+
+    func run() async throws {
+        try await bind()
+        try? await gracefulShutdown()
+        await close()
+    }
+
+    /// Flushes what is queued to each connection, closes them and removes the socket file.
+    func close() async {
+        let server = bound.withLock { channel in
+            defer { channel = nil }
+            return channel
+        }
+        try? await server?.close()
+        let open = connections.withLock { Array($0.values) }
+        for channel in open {
+            // Writes complete in order, so this waits for everything queued before it.
+            try? await channel.writeAndFlush(channel.allocator.buffer(capacity: 0)).get()
+            try? await channel.close()
+        }
+        try? FileManager.default.removeItem(atPath: path)
+    }
+
+    /// Writes one tick to every connection without waiting for any of them.
+    func write(_ batch: TickBatch) {
+        let open = connections.withLock { Array($0.values) }
+        var dropped: UInt64 = 0
+        for channel in open {
+            if channel.isWritable {
+                channel.writeAndFlush(batch.all, promise: nil)
+            } else {
+                dropped += UInt64(batch.frames)
+                if batch.events > 0 { channel.writeAndFlush(batch.eventsOnly, promise: nil) }
+            }
+        }
+        if dropped > 0 { counters.withLock { $0.droppedFrames += dropped } }
+    }
+
+    private func accept(_ channel: any Channel) {
+        let key = ObjectIdentifier(channel)
+        connections.withLock { $0[key] = channel }
+        counters.withLock { $0.accepted += 1 }
+        logger.info("Router connected")
+        channel.closeFuture.whenComplete { [self] _ in
+            connections.withLock { _ = $0.removeValue(forKey: key) }
+            logger.info("Router disconnected")
+        }
+    }
+}

@@ -1,0 +1,50 @@
+// Turns the `url` of a play request into something libavformat may open. For now: a file inside
+// the configured media directory, named by a relative path, an absolute path inside it, or a
+// `file:` URL is refused. Nothing outside the directory is ever opened (symlinks included).
+import Foundation
+
+/// A source the engine has agreed to open.
+struct ResolvedSource: Sendable, Equatable {
+    /// What libavformat opens.
+    var location: String
+    /// A name to show when the source carries no title.
+    var displayName: String
+}
+
+/// The media directory, and the rule for what may be played from it.
+struct MediaLibrary: Sendable {
+    /// The directory with symlinks resolved, without a trailing slash.
+    let root: String
+
+    init(directory: String) {
+        let url = URL(fileURLWithPath: directory).standardizedFileURL.resolvingSymlinksInPath()
+        self.root = url.path
+    }
+
+    func resolve(_ url: String) throws(ControlError) -> ResolvedSource {
+        let trimmed = url.trimmingCharacters(in: .whitespaces)
+        guard !trimmed.isEmpty else {
+            throw .badRequest("\"url\" is empty: give a file name inside the media directory", code: "missing_url")
+        }
+        if let colon = trimmed.firstIndex(of: ":"), trimmed[..<colon].allSatisfy({ $0.isLetter }),
+            trimmed[..<colon].count > 1
+        {
+            let scheme = trimmed[..<colon].lowercased()
+            throw .unprocessable(
+                "unsupported_scheme",
+                "the \(scheme): scheme is not accepted; give a file name inside the media directory")
+        }
+        let candidate =
+            trimmed.hasPrefix("/") ? URL(fileURLWithPath: trimmed) : URL(fileURLWithPath: root).appendingPathComponent(trimmed)
+        let resolved = candidate.standardizedFileURL.resolvingSymlinksInPath().path
+        guard resolved.hasPrefix(root + "/") else {
+            throw .unprocessable(
+                "outside_media_dir", "\"\(trimmed)\" is outside the media directory; only files inside it can be played")
+        }
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: resolved, isDirectory: &isDirectory), !isDirectory.boolValue else {
+            throw .unprocessable("source_not_found", "no file \"\(trimmed)\" in the media directory")
+        }
+        return ResolvedSource(location: resolved, displayName: (resolved as NSString).lastPathComponent)
+    }
+}

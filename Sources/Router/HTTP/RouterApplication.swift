@@ -1,0 +1,129 @@
+// The Router's HTTP and WebSocket surface: the playground page, the session API (forwarded to
+// the engine), the per-session WebSocket, and health.
+import Foundation
+import Hummingbird
+import HummingbirdWebSocket
+import Logging
+import NIOCore
+import WireProtocol
+
+/// Builds the Router's routes over its store, engine link and engine client.
+struct RouterApplication {
+    let store: SessionStore
+    let link: EngineLink
+    let engine: EngineClient
+    let startedAt = Date()
+
+    struct Health: ResponseEncodable {
+        struct Engine: Codable {
+            var connected: Bool
+            var connects: UInt64
+            var protocolErrors: UInt64
+            var lastError: String?
+            enum CodingKeys: String, CodingKey {
+                case connected, connects
+                case protocolErrors = "protocol_errors"
+                case lastError = "last_error"
+            }
+        }
+        var status: String
+        var uptimeSeconds: Double
+        var engine: Engine
+        var activeSessions: Int
+        var activeClients: Int
+        var framesRouted: UInt64
+        var unknownSessionFrames: UInt64
+        var slowClientDrops: UInt64
+        enum CodingKeys: String, CodingKey {
+            case status, engine
+            case uptimeSeconds = "uptime_seconds"
+            case activeSessions = "active_sessions"
+            case activeClients = "active_clients"
+            case framesRouted = "frames_routed"
+            case unknownSessionFrames = "unknown_session_frames"
+            case slowClientDrops = "slow_client_drops"
+        }
+    }
+
+    func makeRouter(publicDirectory: String?) -> Hummingbird.Router<BasicWebSocketRequestContext> {
+        let router = Hummingbird.Router(context: BasicWebSocketRequestContext.self)
+        router.add(middleware: APIErrorMiddleware())
+        if let publicDirectory {
+            router.add(middleware: FileMiddleware(publicDirectory, searchForIndexHtml: true))
+        }
+        router.post("/api/sessions/:id/play") { request, context -> Response in
+            let id = try Self.sessionID(context)
+            var request = request
+            let body = try await request.collectBody(upTo: 64 * 1024)
+            store.register(id)
+            return Self.relay(try await engine.play(id, body: body))
+        }
+        router.post("/api/sessions/:id/stop") { _, context -> Response in
+            let id = try Self.sessionID(context)
+            return Self.relay(try await engine.stop(id))
+        }
+        router.get("/health") { _, _ -> Health in
+            let status = link.status
+            let counters = store.counters
+            return Health(
+                status: status.connected ? "ok" : "degraded", uptimeSeconds: Date().timeIntervalSince(startedAt),
+                engine: .init(
+                    connected: status.connected, connects: status.connects, protocolErrors: status.protocolErrors,
+                    lastError: status.lastError),
+                activeSessions: store.sessionCount, activeClients: store.clientCount,
+                framesRouted: counters.framesRouted, unknownSessionFrames: counters.unknownSessionFrames,
+                slowClientDrops: counters.slowClientDrops)
+        }
+        router.ws("/ws") { request, _ in
+            _ = try Self.sessionID(query: request.uri.queryParameters["session"].map(String.init))
+            return .upgrade([:])
+        } onUpgrade: { inbound, outbound, context in
+            let raw = context.request.uri.queryParameters["session"].map(String.init)
+            let id = try Self.sessionID(query: raw)
+            try await stream(store.subscribe(id), inbound: inbound, outbound: outbound)
+        }
+        return router
+    }
+
+    /// Writes the subscription to the socket until either side ends.
+    private func stream(
+        _ subscription: Subscription, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter
+    ) async throws {
+        defer { store.unsubscribe(subscription.sessionID, token: subscription.token) }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                // Commands arrive in a later issue; reading keeps pings answered and notices a close.
+                for try await _ in inbound {}
+            }
+            group.addTask {
+                for await message in subscription.messages {
+                    switch message {
+                    case .audio(let packet): try await outbound.write(.binary(packet))
+                    case .event(let line): try await outbound.write(.text(line))
+                    }
+                }
+            }
+            try await group.next()
+            group.cancelAll()
+        }
+    }
+
+    private static func relay(_ reply: EngineReply) -> Response {
+        Response.json(status: .init(code: reply.status), reply.body.readableBytesView)
+    }
+
+    static func sessionID(_ context: some RequestContext) throws(APIError) -> SessionID {
+        try sessionID(query: context.parameters.get("id"))
+    }
+
+    static func sessionID(query raw: String?) throws(APIError) -> SessionID {
+        guard let raw, !raw.isEmpty else {
+            throw .badRequest("invalid_session_id", "a session id is required (1 to 24 printable ASCII characters, no spaces)")
+        }
+        do {
+            return try SessionID(raw.removingPercentEncoding ?? raw)
+        } catch {
+            throw .badRequest("invalid_session_id", error.description)
+        }
+    }
+}

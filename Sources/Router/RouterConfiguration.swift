@@ -1,0 +1,34 @@
+// Every setting of the Router, with its default, read from TONEARM_* environment variables in
+// `main` only (flags override them); tests construct it directly.
+import Foundation
+
+/// The Router's settings.
+struct RouterConfiguration: Sendable {
+    var host = "127.0.0.1"
+    var port = 8080
+    /// The engine's Unix socket (the same TONEARM_SOCKET the engine reads).
+    var socketPath = "/tmp/tonearm/engine.sock"
+    /// Where the engine's HTTP control API answers.
+    var engineURL = "http://127.0.0.1:8180"
+    /// Frames a client may lag before its oldest are dropped (50 = 1 s).
+    var clientBufferFrames = 50
+
+    init() {}
+
+    init(environment: [String: String]) throws {
+        if let value = environment["TONEARM_ROUTER_HOST"] { host = value }
+        if let value = environment["TONEARM_ROUTER_PORT"] {
+            guard let port = Int(value), (0...65535).contains(port) else {
+                throw RouterConfigurationError(message: "TONEARM_ROUTER_PORT=\(value) is not a port number (0...65535)")
+            }
+            self.port = port
+        }
+        if let value = environment["TONEARM_SOCKET"] { socketPath = value }
+        if let value = environment["TONEARM_ENGINE_URL"] { engineURL = value }
+    }
+}
+
+struct RouterConfigurationError: Error, CustomStringConvertible {
+    var message: String
+    var description: String { message }
+}

@@ -1,0 +1,42 @@
+import Foundation
+import HTTPTypes
+import TestSupport
+import Testing
+
+@testable import AudioEngine
+
+@Suite struct PipelineTests {
+    @Test(arguments: [(440, 44_100), (1_000, 48_000), (300, 22_050)])
+    func decodesResamplesAndEncodesAToneFaithfully(frequency: Int, sampleRate: Int) throws {
+        let directory = try TemporaryDirectory()
+        let path = try MediaFixture.tone(frequency, seconds: 2, into: directory.path, sampleRate: sampleRate)
+        let pipeline = try Pipeline(
+            source: ResolvedSource(location: path, displayName: "t"), encoder: OpusEncoderConfiguration())
+        let duration = try #require(pipeline.info.durationMS)
+        #expect(abs(duration - 2_000) < 100, "duration \(duration) ms")
+        let decoder = try OpusDecoder()
+        var pcm: [Float] = []
+        var packets = 0
+        while let packet = try pipeline.nextPacket() {
+            #expect(packet.count > 10 && packet.count < 1_500)
+            pcm += try decoder.decode(packet)
+            packets += 1
+        }
+        // 2 s is 100 frames of 20 ms (the last one padded; mp3 adds a little priming).
+        #expect((100...103).contains(packets))
+        let left = Spectrum.left(pcm)
+        let middle = Array(left[24_000..<72_000])
+        #expect(abs(Spectrum.dominantFrequency(middle) - Double(frequency)) < 5)
+        // The fixture is a sine at half scale: about -9 dBFS.
+        #expect(abs(Spectrum.dBFS(middle) - (-9.03)) < 1)
+    }
+
+    @Test func aFileWithoutAudioIsAClearError() throws {
+        let directory = try TemporaryDirectory()
+        let path = directory.file("text.mp3")
+        try "not audio at all".write(toFile: path, atomically: true, encoding: .utf8)
+        #expect { try Pipeline(source: ResolvedSource(location: path, displayName: "x"), encoder: .init()) } throws: {
+            ($0 as? ControlError)?.status == .unprocessableContent
+        }
+    }
+}

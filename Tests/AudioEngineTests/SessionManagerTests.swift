@@ -1,0 +1,122 @@
+import Foundation
+import Logging
+import NIOPosix
+import TestSupport
+import Testing
+import WireProtocol
+
+@testable import AudioEngine
+
+/// Drives the manager tick by tick, without the pacer thread or sockets, and reads the bytes.
+final class TickDriver {
+    let manager: SessionManager
+    let workers = NIOThreadPool(numberOfThreads: 2)
+    var messages: [WireMessage] = []
+    let directory: TemporaryDirectory
+
+    init() throws {
+        directory = try TemporaryDirectory()
+        try MediaFixture.tone(440, seconds: 1, into: directory.path)
+        try MediaFixture.tone(880, seconds: 0.2, into: directory.path)
+        workers.start()
+        manager = SessionManager(
+            library: MediaLibrary(directory: directory.path), configuration: PlaybackConfiguration(), workers: workers,
+            logger: Logger(label: "test"))
+    }
+
+    deinit { try? workers.syncShutdownGracefully() }
+
+    func tick(_ count: Int = 1) throws {
+        for _ in 0..<count {
+            var batch = TickBatch()
+            manager.collectTick(into: &batch, lateTicks: 0)
+            var processor = NIOSingleStepByteToMessageProcessor(WireMessageDecoder())
+            try processor.process(buffer: batch.all) { messages.append($0) }
+            Thread.sleep(forTimeInterval: 0.005)
+        }
+    }
+
+    func tick(until condition: () -> Bool, limit: Int = 400) throws {
+        for _ in 0..<limit where !condition() { try tick() }
+    }
+}
+
+import NIOCore
+
+@Suite struct SessionManagerTests {
+    @Test func readyPrecedesTheFirstPacketAndFinishedFollowsTheLast() throws {
+        let driver = try TickDriver()
+        let id = try SessionID("s1")
+        _ = try driver.manager.play(sessionID: id, url: "tone-880.mp3")
+        try driver.tick(until: { driver.messages.contains { if case .event(let e) = $0 { e.type == .finished } else { false } } })
+        let kinds = driver.messages.map { message -> String in
+            switch message {
+            case .audio: "a"
+            case .event(let event): event.type.rawValue
+            }
+        }
+        #expect(kinds.first == "ready")
+        #expect(kinds.last == "finished")
+        #expect(kinds.dropFirst().dropLast().allSatisfy { $0 == "a" })
+        #expect((10...12).contains(kinds.count - 2))
+        guard case .event(let finished) = driver.messages.last else { return }
+        #expect(finished.reason == .finished)
+        #expect(driver.manager.sessionCount == 0)
+    }
+
+    @Test func replacingAPlayEndsItBeforeTheNewOneStarts() throws {
+        let driver = try TickDriver()
+        let id = try SessionID("s1")
+        let first = try driver.manager.play(sessionID: id, url: "tone-440.mp3")
+        try driver.tick(until: { driver.messages.count > 10 })
+        let second = try driver.manager.play(sessionID: id, url: "tone-880.mp3")
+        try driver.tick(until: { driver.messages.contains { if case .event(let e) = $0 { e.type == .ready && e.playID == second.playID } else { false } } })
+        let replacedAt = driver.messages.firstIndex {
+            if case .event(let e) = $0 { e.type == .finished && e.playID == first.playID && e.reason == .replaced } else { false }
+        }
+        let readyAt = driver.messages.firstIndex {
+            if case .event(let e) = $0 { e.type == .ready && e.playID == second.playID } else { false }
+        }
+        #expect(replacedAt != nil && readyAt != nil && replacedAt! < readyAt!)
+    }
+
+    @Test func stopIsImmediateAndIdempotent() throws {
+        let driver = try TickDriver()
+        let id = try SessionID("s1")
+        _ = try driver.manager.play(sessionID: id, url: "tone-440.mp3")
+        try driver.tick(until: { driver.messages.count > 5 })
+        #expect(driver.manager.stop(sessionID: id))
+        #expect(!driver.manager.stop(sessionID: id))
+        let before = driver.messages.count
+        try driver.tick(5)
+        let after = Array(driver.messages[before...])
+        #expect(after.count == 1)
+        guard case .event(let event) = after.first else { Issue.record("expected the finished event"); return }
+        #expect(event.type == .finished && event.reason == .stopped)
+    }
+
+    @Test func sessionsDoNotDisturbEachOther() throws {
+        let driver = try TickDriver()
+        let a = try SessionID("a"), b = try SessionID("b")
+        _ = try driver.manager.play(sessionID: a, url: "tone-440.mp3")
+        _ = try driver.manager.play(sessionID: b, url: "tone-440.mp3")
+        try driver.tick(until: { driver.messages.count > 20 })
+        driver.manager.stop(sessionID: a)
+        let before = driver.messages.count
+        try driver.tick(10)
+        let later = driver.messages[before...]
+        #expect(later.filter { $0.sessionID == b && { if case .audio = $0 { true } else { false } }($0) }.count >= 8)
+        #expect(!later.contains { if case .audio(let p) = $0 { p.sessionID == a } else { false } })
+    }
+
+    @Test func anUndecodableFileEndsWithErrorThenFinished() throws {
+        let driver = try TickDriver()
+        try "garbage".write(toFile: driver.directory.file("bad.mp3"), atomically: true, encoding: .utf8)
+        _ = try driver.manager.play(sessionID: try SessionID("x"), url: "bad.mp3")
+        try driver.tick(until: { driver.messages.count >= 2 })
+        let events = driver.messages.compactMap { if case .event(let e) = $0 { e } else { nil } }
+        #expect(events.map(\.type) == [.error, .finished])
+        #expect(events.last?.reason == .error)
+        #expect(events.first?.message?.isEmpty == false)
+    }
+}

@@ -1,0 +1,94 @@
+import NIOCore
+import Testing
+import WireProtocol
+
+@testable import Router
+
+@Suite struct SessionStoreTests {
+    func packet(_ id: SessionID, _ byte: UInt8) -> WireMessage {
+        .audio(AudioPacket(sessionID: id, payload: ByteBuffer(bytes: [byte])))
+    }
+
+    func drain(_ subscription: Subscription, _ count: Int) async -> [ClientMessage] {
+        var out: [ClientMessage] = []
+        var iterator = subscription.messages.makeAsyncIterator()
+        while out.count < count, let next = await iterator.next() { out.append(next) }
+        return out
+    }
+
+    @Test func eachSubscriberGetsOnlyItsSession() async throws {
+        let store = SessionStore()
+        let a = try SessionID("a"), b = try SessionID("b")
+        let subA = store.subscribe(a), subA2 = store.subscribe(a), subB = store.subscribe(b)
+        #expect(store.findBySessionId(a)?.subscribers.count == 2)
+        for i in 0..<5 {
+            store.route(packet(a, UInt8(i)))
+            store.route(packet(b, UInt8(100 + i)))
+        }
+        for sub in [subA, subA2] {
+            let got = await drain(sub, 5).compactMap { if case .audio(let p) = $0 { p.getInteger(at: p.readerIndex, as: UInt8.self) } else { nil } }
+            #expect(got == [0, 1, 2, 3, 4])
+        }
+        let gotB = await drain(subB, 5).compactMap { if case .audio(let p) = $0 { p.getInteger(at: p.readerIndex, as: UInt8.self) } else { nil } }
+        #expect(gotB == [100, 101, 102, 103, 104])
+        #expect(store.counters.framesRouted == 10)
+    }
+
+    @Test func packetsForUnknownSessionsAreDroppedAndCounted() throws {
+        let store = SessionStore()
+        store.route(packet(try SessionID("ghost"), 1))
+        store.route(packet(try SessionID("ghost"), 2))
+        #expect(store.counters.unknownSessionFrames == 2)
+        #expect(store.findBySessionId(try SessionID("ghost")) == nil)
+        store.register(try SessionID("ghost"))
+        store.route(packet(try SessionID("ghost"), 3))
+        #expect(store.counters.unknownSessionFrames == 2)
+    }
+
+    @Test func aSlowSubscriberLosesItsOwnOldestFramesOnly() async throws {
+        let store = SessionStore(clientBufferFrames: 3)
+        let id = try SessionID("a")
+        let slow = store.subscribe(id)
+        let fast = store.subscribe(id)
+        var fastIterator = fast.messages.makeAsyncIterator()
+        var fastGot: [UInt8] = []
+        for i in 0..<10 {
+            store.route(packet(id, UInt8(i)))
+            if case .audio(let p) = await fastIterator.next() { fastGot.append(p.getInteger(at: p.readerIndex)!) }
+        }
+        #expect(fastGot == Array(0..<10))
+        let slowGot = await drain(slow, 3).compactMap { if case .audio(let p) = $0 { p.getInteger(at: p.readerIndex, as: UInt8.self) } else { nil } }
+        #expect(slowGot == [7, 8, 9])
+        #expect(store.counters.slowClientDrops == 7)
+    }
+
+    @Test func unsubscribingEndsTheStream() async throws {
+        let store = SessionStore()
+        let id = try SessionID("a")
+        let sub = store.subscribe(id)
+        store.unsubscribe(id, token: sub.token)
+        var iterator = sub.messages.makeAsyncIterator()
+        #expect(await iterator.next() == nil)
+        #expect(store.clientCount == 0)
+    }
+
+    @Test func eventsReachSubscribersAsJSONLines() async throws {
+        let store = SessionStore()
+        let id = try SessionID("a")
+        let sub = store.subscribe(id)
+        store.route(.event(WireEvent(type: .finished, sessionID: id, playID: 3, reason: .stopped)))
+        guard case .event(let line) = await drain(sub, 1).first else { Issue.record("no event"); return }
+        #expect(try WireEvent(jsonLine: Array(line.utf8)).reason == .stopped)
+    }
+}
+
+@Suite struct BackoffTests {
+    @Test func firstRetryIsFastThenDoublesUpToTwoSeconds() {
+        var backoff = Backoff()
+        let delays = (0..<8).map { _ in backoff.next() }
+        #expect(delays == [.milliseconds(100), .milliseconds(200), .milliseconds(400), .milliseconds(800),
+                           .milliseconds(1600), .seconds(2), .seconds(2), .seconds(2)])
+        backoff.reset()
+        #expect(backoff.next() == .milliseconds(100))
+    }
+}

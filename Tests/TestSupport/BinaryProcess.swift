@@ -1,0 +1,73 @@
+// Starts the real AudioEngine and Router executables for end-to-end tests, and stops or kills
+// them like an operator (or a crash) would.
+import Foundation
+
+/// A running executable of this package, its output captured to a log file.
+public final class BinaryProcess: @unchecked Sendable {
+    // @unchecked: `process` is only started and signalled, and Foundation's Process is
+    // thread-safe for those calls.
+    public let name: String
+    public let logPath: String
+    private let process: Process
+
+    /// The directory holding the package's built executables (beside the test bundle).
+    public static var binaryDirectory: String {
+        if let explicit = ProcessInfo.processInfo.environment["TONEARM_BIN_DIR"] { return explicit }
+        let bundle = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        for candidate in [bundle, bundle.deletingLastPathComponent()] {
+            if FileManager.default.isExecutableFile(atPath: candidate.appendingPathComponent("AudioEngine").path) {
+                return candidate.path
+            }
+        }
+        return bundle.path
+    }
+
+    public init(_ name: String, arguments: [String] = [], environment: [String: String], logDirectory: String) throws {
+        self.name = name
+        let executable = Self.binaryDirectory + "/" + name
+        guard FileManager.default.isExecutableFile(atPath: executable) else {
+            throw FixtureError("\(executable) is missing: run `swift build` before the end-to-end tests")
+        }
+        logPath = logDirectory + "/\(name)-\(UUID().uuidString.prefix(8)).log"
+        FileManager.default.createFile(atPath: logPath, contents: nil)
+        let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
+        process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        var env = ProcessInfo.processInfo.environment
+        for (key, value) in environment { env[key] = value }
+        process.environment = env
+        process.standardOutput = log
+        process.standardError = log
+        try process.run()
+    }
+
+    public var isRunning: Bool { process.isRunning }
+    public var pid: Int32 { process.processIdentifier }
+    public var exitCode: Int32 { process.terminationStatus }
+
+    /// SIGTERM, then waits up to `timeout` for the exit.
+    @discardableResult
+    public func terminate(timeout: Duration = .seconds(5)) async -> Bool {
+        guard process.isRunning else { return true }
+        process.terminate()
+        return await waitForExit(timeout: timeout)
+    }
+
+    /// SIGKILL: a crash as far as everyone else can tell.
+    public func kill() async {
+        guard process.isRunning else { return }
+        Foundation.kill(process.processIdentifier, SIGKILL)
+        _ = await waitForExit(timeout: .seconds(5))
+    }
+
+    public func waitForExit(timeout: Duration) async -> Bool {
+        await eventually(timeout: timeout) { !process.isRunning }
+    }
+
+    public var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+
+    deinit {
+        if process.isRunning { Foundation.kill(process.processIdentifier, SIGKILL) }
+    }
+}
