@@ -24,7 +24,12 @@ struct RouterConfiguration: Sendable {
             self.port = port
         }
         if let value = environment["TONEARM_SOCKET"] { socketPath = value }
-        if let value = environment["TONEARM_ENGINE_URL"] { engineURL = value }
+        if let value = environment["TONEARM_ENGINE_URL"] {
+            engineURL = value
+        } else if let port = environment["TONEARM_ENGINE_PORT"] {
+            // Deployed together on one host: follow the engine's port unless told otherwise.
+            engineURL = "http://127.0.0.1:\(port)"
+        }
     }
 }
 

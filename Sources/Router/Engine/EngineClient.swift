@@ -37,13 +37,17 @@ struct EngineClient: Sendable {
         request.headers.add(name: "Content-Type", value: "application/json")
         if let body { request.body = .bytes(body) }
         do {
-            let response = try await http.execute(request, timeout: .seconds(10))
+            let response = try await http.execute(request, timeout: .seconds(5))
             let bytes = try await response.body.collect(upTo: 1 << 20)
             return EngineReply(status: Int(response.status.code), body: bytes)
         } catch {
-            throw APIError(
-                status: .serviceUnavailable, code: "engine_unavailable",
-                message: "the audio engine cannot be reached at \(baseURL); try again shortly")
+            throw Self.unavailable(baseURL)
         }
+    }
+
+    static func unavailable(_ baseURL: String) -> APIError {
+        APIError(
+            status: .serviceUnavailable, code: "engine_unavailable",
+            message: "the audio engine is not reachable at the moment (\(baseURL)); try again shortly")
     }
 }

@@ -66,6 +66,7 @@ final class EngineLink: Service, Sendable {
                     self.state.withLock {
                         $0.connected = true
                         $0.connects += 1
+                        $0.lastError = nil
                     }
                     self.logger.info("engine link up", metadata: ["socket": "\(self.path)"])
                     try await channel.executeThenClose { inbound, _ in

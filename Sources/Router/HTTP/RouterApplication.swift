@@ -55,11 +55,13 @@ struct RouterApplication {
             let id = try Self.sessionID(context)
             var request = request
             let body = try await request.collectBody(upTo: 64 * 1024)
+            try requireEngine()
             store.register(id)
             return Self.relay(try await engine.play(id, body: body))
         }
         router.post("/api/sessions/:id/stop") { _, context -> Response in
             let id = try Self.sessionID(context)
+            try requireEngine()
             return Self.relay(try await engine.stop(id))
         }
         router.get("/health") { _, _ -> Health in
@@ -106,6 +108,11 @@ struct RouterApplication {
             try await group.next()
             group.cancelAll()
         }
+    }
+
+    /// Fails fast while the engine link is down, instead of waiting on its control port.
+    private func requireEngine() throws(APIError) {
+        guard link.status.connected else { throw EngineClient.unavailable(engine.baseURL) }
     }
 
     private static func relay(_ reply: EngineReply) -> Response {

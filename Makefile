@@ -1,0 +1,59 @@
+# Tonearm: the two commands of the README, and the steps behind them.
+#   make run   installs system packages, builds, creates ./demo-media and starts both processes
+#   make test  installs what is missing, builds, and runs every test
+
+SHELL := /bin/bash
+APT_PACKAGES := pkg-config libopus-dev libavcodec-dev libavformat-dev libswresample-dev libavutil-dev \
+                ffmpeg opus-tools
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+DEMO_MEDIA ?= $(CURDIR)/demo-media
+RUN_DIR ?= /tmp/tonearm-run
+export TONEARM_SOCKET ?= $(RUN_DIR)/engine.sock
+export TONEARM_MEDIA_DIR ?= $(DEMO_MEDIA)
+
+.PHONY: deps build build-release test run demo-media clean
+
+## Installs the Debian packages Tonearm needs (skipped when all are present).
+deps:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing: $$missing"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+build: deps
+	swift build
+
+build-release: deps
+	swift build -c release
+
+## Generates a small demo library with ffmpeg's test sources (only when it is missing).
+demo-media:
+	@if [ ! -d "$(DEMO_MEDIA)" ]; then \
+		mkdir -p "$(DEMO_MEDIA)"; \
+		for f in 220 440 880; do \
+			ffmpeg -nostdin -loglevel error -y -f lavfi -i "aevalsrc=0.4*sin(2*PI*$$f*t)|0.4*sin(2*PI*$$f*t):s=44100:d=120" \
+				"$(DEMO_MEDIA)/tone-$$f.mp3"; \
+		done; \
+		ffmpeg -nostdin -loglevel error -y -f lavfi \
+			-i "aevalsrc=0.2*sin(2*PI*261.63*t)+0.2*sin(2*PI*329.63*t)+0.2*sin(2*PI*392*t)|0.2*sin(2*PI*261.63*t)+0.2*sin(2*PI*329.63*t)+0.2*sin(2*PI*392*t):s=48000:d=120" \
+			-metadata title="C major chord" -c:a libopus -b:a 128k "$(DEMO_MEDIA)/chord.webm"; \
+		echo "demo media in $(DEMO_MEDIA)"; \
+	fi
+
+## Builds (release), creates the demo media and runs AudioEngine and Router until Ctrl-C.
+run: build-release demo-media
+	@mkdir -p "$(RUN_DIR)"
+	@bin=$$(swift build -c release --show-bin-path); \
+	"$$bin/AudioEngine" & engine=$$!; \
+	trap 'kill $$engine 2>/dev/null; wait $$engine' EXIT INT TERM; \
+	echo "Tonearm: open http://$${TONEARM_ROUTER_HOST:-127.0.0.1}:$${TONEARM_ROUTER_PORT:-8080}/ and play tone-440.mp3"; \
+	"$$bin/Router"
+
+## Builds everything and runs every test suite.
+test: deps
+	swift build --build-tests
+	swift test --skip-build
+
+clean:
+	rm -rf .build "$(DEMO_MEDIA)"

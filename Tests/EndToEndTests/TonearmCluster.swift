@@ -1,0 +1,147 @@
+// Runs the real AudioEngine and Router binaries for a test: a temporary socket under /tmp,
+// free ports, generated media, and small HTTP and WebSocket clients to drive them.
+import AsyncHTTPClient
+import Foundation
+import HummingbirdWSClient
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import Synchronization
+import TestSupport
+
+/// One engine + Router pair started from the built executables.
+final class TonearmCluster: @unchecked Sendable {
+    // @unchecked: the process handles are replaced only by the test's own task (restart).
+    let directory: TemporaryDirectory
+    let mediaDirectory: String
+    let socketPath: String
+    let enginePort: Int
+    let routerPort: Int
+    private(set) var engine: BinaryProcess?
+    private(set) var router: BinaryProcess?
+
+    init(tones: [Int] = [440, 880, 660], seconds: Double = 30) throws {
+        directory = try TemporaryDirectory(prefix: "tonearm-e2e")
+        mediaDirectory = directory.file("media")
+        try FileManager.default.createDirectory(atPath: mediaDirectory, withIntermediateDirectories: true)
+        for tone in tones { try MediaFixture.tone(tone, seconds: seconds, into: mediaDirectory) }
+        socketPath = directory.file("engine.sock")
+        enginePort = try freePort()
+        routerPort = try freePort()
+    }
+
+    var environment: [String: String] {
+        [
+            "TONEARM_SOCKET": socketPath, "TONEARM_ENGINE_PORT": "\(enginePort)", "TONEARM_MEDIA_DIR": mediaDirectory,
+            "TONEARM_ROUTER_HOST": "127.0.0.1", "TONEARM_ROUTER_PORT": "\(routerPort)",
+            "TONEARM_ENGINE_URL": "http://127.0.0.1:\(enginePort)",
+        ]
+    }
+
+    func startEngine() throws {
+        engine = try BinaryProcess("AudioEngine", environment: environment, logDirectory: directory.path)
+    }
+
+    func startRouter() throws {
+        router = try BinaryProcess("Router", environment: environment, logDirectory: directory.path)
+    }
+
+    func stop() async {
+        await router?.terminate()
+        await engine?.terminate()
+    }
+
+    var routerURL: String { "http://127.0.0.1:\(routerPort)" }
+    var engineURL: String { "http://127.0.0.1:\(enginePort)" }
+
+    /// POSTs JSON and returns the status and body.
+    func post(_ url: String, _ json: String? = nil) async throws -> (status: Int, body: String) {
+        var request = HTTPClientRequest(url: url)
+        request.method = .POST
+        request.headers.add(name: "Content-Type", value: "application/json")
+        if let json { request.body = .bytes(ByteBuffer(string: json)) }
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
+        let body = try await response.body.collect(upTo: 1 << 20)
+        return (Int(response.status.code), String(buffer: body))
+    }
+
+    func getJSON(_ url: String) async throws -> [String: Any]? {
+        let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: url), timeout: .seconds(5))
+        let body = try await response.body.collect(upTo: 1 << 20)
+        return try JSONSerialization.jsonObject(with: Data(body.readableBytesView)) as? [String: Any]
+    }
+
+    /// Whether the Router reports its engine link up.
+    func routerLinkUp() async -> Bool {
+        guard let health = try? await getJSON(routerURL + "/health"),
+            let engine = health["engine"] as? [String: Any]
+        else { return false }
+        return engine["connected"] as? Bool == true
+    }
+
+    func play(_ session: String, _ url: String) async throws -> (status: Int, body: String) {
+        try await post(routerURL + "/api/sessions/\(session)/play", #"{"url":"\#(url)"}"#)
+    }
+
+    func stopSession(_ session: String) async throws -> (status: Int, body: String) {
+        try await post(routerURL + "/api/sessions/\(session)/stop")
+    }
+}
+
+/// A WebSocket listener on one session that records everything it receives, with arrival times.
+final class SessionListener: Sendable {
+    enum Message: Sendable {
+        case audio([UInt8])
+        case text(String)
+    }
+    struct Received: Sendable {
+        let at: ContinuousClock.Instant
+        let message: Message
+    }
+
+    let session: String
+    private let received = Mutex<[Received]>([])
+    private let connected = Atomic<Bool>(false)
+    private let task = Mutex<Task<Void, Never>?>(nil)
+
+    init(session: String, routerPort: Int) {
+        self.session = session
+        let url = "ws://127.0.0.1:\(routerPort)/ws?session=\(session)"
+        let handle = Task { [self] in
+            _ = try? await WebSocketClient.connect(url: url, logger: Logger(label: "listener")) { inbound, _, _ in
+                self.connected.store(true, ordering: .relaxed)
+                for try await message in inbound.messages(maxSize: 1 << 16) {
+                    let now = ContinuousClock.now
+                    switch message {
+                    case .binary(let buffer):
+                        self.received.withLock { $0.append(Received(at: now, message: .audio(Array(buffer.readableBytesView)))) }
+                    case .text(let text):
+                        self.received.withLock { $0.append(Received(at: now, message: .text(text))) }
+                    }
+                }
+            }
+            self.connected.store(false, ordering: .relaxed)
+        }
+        task.withLock { $0 = handle }
+    }
+
+    var isConnected: Bool { connected.load(ordering: .relaxed) }
+    var all: [Received] { received.withLock { $0 } }
+    var count: Int { received.withLock { $0.count } }
+
+    func close() { task.withLock { $0?.cancel() } }
+
+    /// Audio packets received after index `from` of `all`.
+    func audio(from start: Int = 0) -> [(at: ContinuousClock.Instant, packet: [UInt8])] {
+        all[start...].compactMap { if case .audio(let p) = $0.message { ($0.at, p) } else { nil } }
+    }
+
+    /// Events (as JSON objects) received after index `from`.
+    func events(from start: Int = 0) -> [[String: Any]] {
+        all[start...].compactMap {
+            guard case .text(let text) = $0.message else { return nil }
+            return (try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: Any]
+        }
+    }
+}
