@@ -21,12 +21,15 @@ struct AudioEngineCommand: AsyncParsableCommand {
     var port: Int?
     @Option(help: "Directory whose files may be played (TONEARM_MEDIA_DIR, default ./media).")
     var mediaDir: String?
+    @Flag(help: "Allow http(s) sources on private and loopback addresses (TONEARM_ALLOW_PRIVATE_SOURCES).")
+    var allowPrivateSources = false
 
     func run() async throws {
         var configuration = try EngineConfiguration(environment: ProcessInfo.processInfo.environment)
         if let socket { configuration.socketPath = socket }
         if let port { configuration.controlPort = port }
         if let mediaDir { configuration.mediaDirectory = mediaDir }
+        if allowPrivateSources { configuration.allowPrivateSources = true }
         var logger = Logger(label: "tonearm.engine")
         logger.logLevel = .info
         try await AudioEngineService.run(configuration: configuration, logger: logger)
@@ -38,13 +41,20 @@ enum AudioEngineService {
     static func run(configuration: EngineConfiguration, logger: Logger) async throws {
         let workers = NIOThreadPool(numberOfThreads: configuration.workerThreads)
         workers.start()
+        let openers = NIOThreadPool(numberOfThreads: configuration.openerThreads)
+        openers.start()
+        let resolver = SourceResolver(
+            library: MediaLibrary(directory: configuration.mediaDirectory),
+            policy: NetworkPolicy(allowPrivateSources: configuration.allowPrivateSources),
+            ytdlp: YTDLP(executable: configuration.ytdlpPath))
         let manager = SessionManager(
-            library: MediaLibrary(directory: configuration.mediaDirectory), configuration: configuration.playback,
-            workers: workers, logger: logger)
+            resolver: resolver, configuration: configuration.playback, workers: workers, openers: openers,
+            logger: logger)
         let socket = AudioSocketServer(path: configuration.socketPath, logger: logger)
         let pacer = Pacer(manager: manager, sink: socket, logger: logger)
         let router = Router()
-        ControlAPI(manager: manager, socket: socket).addRoutes(to: router)
+        ControlAPI(manager: manager, socket: socket, resolver: resolver, searchPrefix: configuration.searchPrefix)
+            .addRoutes(to: router)
         let app = Application(
             router: router,
             configuration: .init(
@@ -62,8 +72,10 @@ enum AudioEngineService {
             try await group.run()
         } catch {
             try? await workers.shutdownGracefully()
+            try? await openers.shutdownGracefully()
             throw error
         }
         try? await workers.shutdownGracefully()
+        try? await openers.shutdownGracefully()
     }
 }

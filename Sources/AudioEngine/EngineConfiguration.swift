@@ -14,6 +14,14 @@ struct EngineConfiguration: Sendable {
     var playback = PlaybackConfiguration()
     /// Threads that decode and encode ahead of the pacer; defaults to the number of cores.
     var workerThreads = ProcessInfo.processInfo.activeProcessorCount
+    /// Threads that open sources (network connections block); separate so they never hold up encoding.
+    var openerThreads = 4
+    /// Allow http(s) sources on loopback, private and link-local addresses (tests, local development).
+    var allowPrivateSources = false
+    /// The yt-dlp executable (a name on PATH or a path).
+    var ytdlpPath = "yt-dlp"
+    /// The yt-dlp search prefix for `GET /search` (`ytsearch`, `scsearch`, …).
+    var searchPrefix = "ytsearch"
 
     init() {}
 
@@ -29,8 +37,30 @@ struct EngineConfiguration: Sendable {
         if let value = environment["TONEARM_COMPLEXITY"] {
             playback.encoder.complexity = Int32(try Self.int(value, "TONEARM_COMPLEXITY", 0...10))
         }
+        if let value = environment["TONEARM_MAX_SESSIONS"] {
+            playback.maxSessions = try Self.int(value, "TONEARM_MAX_SESSIONS", 1...100_000)
+        }
+        if let value = environment["TONEARM_IDLE_TIMEOUT"] {
+            playback.idleTimeout = .seconds(try Self.int(value, "TONEARM_IDLE_TIMEOUT", 1...86_400))
+        }
+        if let value = environment["TONEARM_ENCODE_LEAD_FRAMES"] {
+            playback.leadFrames = try Self.int(value, "TONEARM_ENCODE_LEAD_FRAMES", 1...50)
+        }
+        if let value = environment["TONEARM_ALLOW_PRIVATE_SOURCES"] {
+            allowPrivateSources = try Self.bool(value, "TONEARM_ALLOW_PRIVATE_SOURCES")
+        }
+        if let value = environment["TONEARM_YTDLP"] { ytdlpPath = value }
+        if let value = environment["TONEARM_SEARCH_PREFIX"] { searchPrefix = value }
         if let value = environment["TONEARM_WORKER_THREADS"] {
             workerThreads = try Self.int(value, "TONEARM_WORKER_THREADS", 1...256)
+        }
+    }
+
+    static func bool(_ text: String, _ name: String) throws -> Bool {
+        switch text.lowercased() {
+        case "1", "true", "yes", "on": return true
+        case "0", "false", "no", "off", "": return false
+        default: throw ConfigurationError(message: "\(name)=\(text) is not a boolean (1/0, true/false, yes/no, on/off)")
         }
     }
 

@@ -13,6 +13,7 @@
 static inline int tonearm_averror_eagain(void) { return AVERROR(EAGAIN); }
 static inline int tonearm_averror_eof(void) { return AVERROR_EOF; }
 static inline int tonearm_averror_invaliddata(void) { return AVERROR_INVALIDDATA; }
+static inline int tonearm_averror_eio(void) { return AVERROR(EIO); }
 static inline int64_t tonearm_av_nopts_value(void) { return AV_NOPTS_VALUE; }
 static inline int tonearm_av_time_base(void) { return AV_TIME_BASE; }
 

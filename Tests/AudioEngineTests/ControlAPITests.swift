@@ -17,10 +17,13 @@ import WireProtocol
         let workers = NIOThreadPool(numberOfThreads: 1)
         workers.start()
         let logger = Logger(label: "test")
-        let manager = SessionManager(
-            library: MediaLibrary(directory: directory.path), configuration: .init(), workers: workers, logger: logger)
+        let resolver = SourceResolver(
+            library: MediaLibrary(directory: directory.path), policy: NetworkPolicy(), ytdlp: YTDLP())
+        var configuration = PlaybackConfiguration()
+        configuration.maxSessions = 3
+        let manager = SessionManager(resolver: resolver, configuration: configuration, workers: workers, logger: logger)
         let router = Router()
-        ControlAPI(manager: manager, socket: AudioSocketServer(path: directory.file("s.sock"), logger: logger))
+        ControlAPI(manager: manager, socket: AudioSocketServer(path: directory.file("s.sock"), logger: logger), resolver: resolver)
             .addRoutes(to: router)
         try await Application(router: router).test(.router, body)
         manager.stopAll()
@@ -79,7 +82,71 @@ import WireProtocol
                 #expect(response.status == .ok)
                 let text = String(buffer: response.body)
                 #expect(text.contains(#""status":"ok""#))
-                #expect(text.contains(#""sessions":0"#))
+                #expect(text.contains(#""playing":0"#))
+                #expect(text.contains(#""streaming":0"#))
+            }
+        }
+    }
+}
+
+@Suite struct ControlAPIStateTests {
+    @Test func controlsOfAPlayingSessionAndTheirRefusals() async throws {
+        try await ControlAPITests().withApp { client in
+            let play = ByteBuffer(string: #"{"url":"tone-440.mp3"}"#)
+            try await client.execute(uri: "/session/x/pause", method: .post) { #expect($0.status == .notFound) }
+            try await client.execute(uri: "/session/x", method: .get) { response in
+                #expect(response.status == .notFound)
+                let body = try ControlAPITests.error(response)
+                #expect(body.code == "session_not_found")
+            }
+            try await client.execute(uri: "/session/x/play", method: .post, body: play) { #expect($0.status == .accepted) }
+            // Still extracting right after the request: seek is refused with 409.
+            try await client.execute(uri: "/session/x/seek", method: .post, body: ByteBuffer(string: #"{"position_ms":10}"#)) {
+                response in
+                #expect(response.status == .conflict || response.status == .ok)
+            }
+            try await client.execute(uri: "/session/x/volume", method: .post, body: ByteBuffer(string: #"{"volume":1001}"#)) {
+                response in
+                #expect(response.status == .badRequest)
+                let body = try ControlAPITests.error(response)
+                #expect(body.code == "invalid_volume")
+            }
+            try await client.execute(uri: "/session/x/volume", method: .post, body: ByteBuffer(string: #"{"volume":250}"#)) {
+                response in
+                #expect(response.status == .ok)
+                #expect(String(buffer: response.body).contains(#""volume":250"#))
+            }
+            try await client.execute(uri: "/sessions", method: .get) { response in
+                #expect(String(buffer: response.body).contains(#""session_id":"x""#))
+            }
+        }
+    }
+
+    @Test func theSessionLimitAnswers503() async throws {
+        try await ControlAPITests().withApp { client in
+            let play = ByteBuffer(string: #"{"url":"tone-440.mp3"}"#)
+            for id in ["a", "b", "c"] {
+                try await client.execute(uri: "/session/\(id)/play", method: .post, body: play) { #expect($0.status == .accepted) }
+            }
+            try await client.execute(uri: "/session/d/play", method: .post, body: play) { response in
+                #expect(response.status == .serviceUnavailable)
+                let body = try ControlAPITests.error(response)
+                #expect(body.code == "pool_exhausted")
+            }
+            // Replacing a play on a session that already counts is still allowed.
+            try await client.execute(uri: "/session/a/play", method: .post, body: play) { #expect($0.status == .accepted) }
+            try await client.execute(uri: "/session/b/stop", method: .post) { #expect($0.status == .ok) }
+            try await client.execute(uri: "/session/d/play", method: .post, body: play) { #expect($0.status == .accepted) }
+        }
+    }
+
+    @Test(arguments: ["http://127.0.0.1/a.mp3", "http://localhost/a.mp3", "http://10.1.2.3/a.mp3", "http://[::1]/a.mp3", "http://169.254.169.254/latest"])
+    func privateAddressesAreRefusedByDefault(url: String) async throws {
+        try await ControlAPITests().withApp { client in
+            try await client.execute(uri: "/session/p/play", method: .post, body: ByteBuffer(string: #"{"url":"\#(url)"}"#)) { response in
+                #expect(response.status == .unprocessableContent)
+                let body = try ControlAPITests.error(response)
+                #expect(body.code == "private_address")
             }
         }
     }

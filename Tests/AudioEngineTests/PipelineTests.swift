@@ -17,7 +17,7 @@ import Testing
         let decoder = try OpusDecoder()
         var pcm: [Float] = []
         var packets = 0
-        while let packet = try pipeline.nextPacket() {
+        while let packet = try pipeline.nextPacket(volume: 100) {
             #expect(packet.count > 10 && packet.count < 1_500)
             pcm += try decoder.decode(packet)
             packets += 1

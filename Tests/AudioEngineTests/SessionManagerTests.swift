@@ -20,8 +20,9 @@ final class TickDriver {
         try MediaFixture.tone(880, seconds: 0.2, into: directory.path)
         workers.start()
         manager = SessionManager(
-            library: MediaLibrary(directory: directory.path), configuration: PlaybackConfiguration(), workers: workers,
-            logger: Logger(label: "test"))
+            resolver: SourceResolver(
+                library: MediaLibrary(directory: directory.path), policy: NetworkPolicy(), ytdlp: YTDLP()),
+            configuration: PlaybackConfiguration(), workers: workers, logger: Logger(label: "test"))
     }
 
     deinit { try? workers.syncShutdownGracefully() }
@@ -61,7 +62,7 @@ import NIOCore
         #expect((10...12).contains(kinds.count - 2))
         guard case .event(let finished) = driver.messages.last else { return }
         #expect(finished.reason == .finished)
-        #expect(driver.manager.sessionCount == 0)
+        #expect(try driver.manager.info(sessionID: id).state == .stopped)
     }
 
     @Test func replacingAPlayEndsItBeforeTheNewOneStarts() throws {

@@ -1,5 +1,6 @@
-// libavformat + libavcodec + libswresample behind one Swift type: opens a source, decodes its
-// best audio stream and hands out 20 ms frames of 48 kHz stereo interleaved floats.
+// libavformat + libavcodec + libswresample behind one Swift type: opens a source, and hands out
+// either its compressed audio packets (for Opus passthrough) or 20 ms frames of 48 kHz stereo
+// interleaved floats (for everything else). Seeks land on the exact 20 ms frame asked for.
 import CFFmpeg
 
 /// A failure to open or decode a source.
@@ -8,17 +9,21 @@ public struct MediaError: Error, CustomStringConvertible, Equatable {
         case openFailed = "source_open_failed"
         case noAudio = "no_audio_stream"
         case decodeFailed = "decode_failed"
+        case readFailed = "source_read_failed"
     }
     public let kind: Kind
     public let message: String
     public var description: String { message }
 
     static func ffmpeg(_ kind: Kind, _ what: String, _ code: Int32) -> MediaError {
-        var buffer = [CChar](repeating: 0, count: 256)
-        tonearm_av_strerror(code, &buffer, buffer.count)
-        let text = buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
-        return MediaError(kind: kind, message: "\(what): \(text)")
+        MediaError(kind: kind, message: "\(what): \(ffmpegErrorText(code))")
     }
+}
+
+func ffmpegErrorText(_ code: Int32) -> String {
+    var buffer = [CChar](repeating: 0, count: 256)
+    tonearm_av_strerror(code, &buffer, buffer.count)
+    return buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
 }
 
 /// What the container says about a source.
@@ -28,9 +33,18 @@ public struct MediaInfo: Sendable, Equatable {
     public var codec: String
     public var sampleRate: Int
     public var channels: Int
+    /// Opus at 48 kHz in stereo: its packets may go out untouched.
+    public var isOpusStereo48k: Bool
 }
 
-/// Decodes one source to 48 kHz stereo float frames of `OpusEncoder.frameFloats` samples.
+/// One compressed packet of the audio stream.
+public struct CompressedPacket: Sendable, Equatable {
+    public var data: [UInt8]
+    /// Presentation time in milliseconds from the start, when known.
+    public var positionMS: Int64?
+}
+
+/// Decodes one source. Use either `readPacket()` or `readFrame(into:)` at a time; `seek` resets both.
 public final class MediaDecoder {
     public let info: MediaInfo
 
@@ -40,6 +54,8 @@ public final class MediaDecoder {
     private let packet: UnsafeMutablePointer<AVPacket>
     private let frame: UnsafeMutablePointer<AVFrame>
     private let streamIndex: Int32
+    private let timeBase: AVRational
+    private let startTime: Int64
 
     /// Resampled interleaved samples not yet handed out; `fifoStart` is the first unread one.
     private var fifo: [Float] = []
@@ -47,22 +63,29 @@ public final class MediaDecoder {
     private var demuxerDone = false
     private var decoderDrained = false
     private var resamplerDrained = false
+    /// After a seek: output samples before this position (in 48 kHz samples) are dropped.
+    private var discardBefore: Int64?
 
     /// FFmpeg logs to stderr by default; the engine reports failures itself.
     private static let quietLogs: Void = av_log_set_level(AV_LOG_ERROR)
 
-    /// Opens `url` (a file path or anything libavformat reads) and prepares to decode its audio.
-    public init(url: String) throws(MediaError) {
+    /// Opens `url` (a file path or anything libavformat reads) with protocol `options`, or reads
+    /// through `io` when given (the read-ahead buffer of a network source).
+    public init(url: String, options: [String: String] = [:], io: ReadAheadInput? = nil) throws(MediaError) {
         Self.quietLogs
         guard let packet = av_packet_alloc(), let frame = av_frame_alloc() else {
             throw MediaError(kind: .openFailed, message: "out of memory")
         }
         self.packet = packet
         self.frame = frame
-        var format: UnsafeMutablePointer<AVFormatContext>?
-        var status = avformat_open_input(&format, url, nil, nil)
+        var format = avformat_alloc_context()
+        if let io { format?.pointee.pb = io.context }
+        var dictionary: OpaquePointer?
+        for (key, value) in options { av_dict_set(&dictionary, key, value, 0) }
+        var status = avformat_open_input(&format, io == nil ? url : nil, nil, &dictionary)
+        av_dict_free(&dictionary)
         guard status >= 0, let format else {
-            av_packet_free_wrapper(packet, frame)
+            Self.free(packet, frame)
             throw .ffmpeg(.openFailed, "cannot open the source", status)
         }
         self.format = format
@@ -72,11 +95,17 @@ public final class MediaDecoder {
         guard index >= 0, let decoderCodec else {
             var f: UnsafeMutablePointer<AVFormatContext>? = format
             avformat_close_input(&f)
-            av_packet_free_wrapper(packet, frame)
+            Self.free(packet, frame)
             throw MediaError(kind: .noAudio, message: "the source has no audio stream that can be decoded")
         }
         self.streamIndex = index
         let stream = format.pointee.streams[Int(index)]!
+        // Only the chosen stream is demuxed; the rest (video, cover art) is skipped cheaply.
+        for i in 0..<Int(format.pointee.nb_streams) where i != Int(index) {
+            format.pointee.streams[i]!.pointee.discard = AVDISCARD_ALL
+        }
+        timeBase = stream.pointee.time_base
+        startTime = stream.pointee.start_time == tonearm_av_nopts_value() ? 0 : stream.pointee.start_time
         let context = avcodec_alloc_context3(decoderCodec)
         self.codec = context
         status = avcodec_parameters_to_context(context, stream.pointee.codecpar)
@@ -86,7 +115,7 @@ public final class MediaDecoder {
             avcodec_free_context(&c)
             var f: UnsafeMutablePointer<AVFormatContext>? = format
             avformat_close_input(&f)
-            av_packet_free_wrapper(packet, frame)
+            Self.free(packet, frame)
             throw .ffmpeg(.openFailed, "cannot open the audio decoder", status)
         }
         if context.pointee.ch_layout.order == AV_CHANNEL_ORDER_UNSPEC {
@@ -94,32 +123,27 @@ public final class MediaDecoder {
             av_channel_layout_uninit(&context.pointee.ch_layout)
             av_channel_layout_default(&context.pointee.ch_layout, max(channels, 1))
         }
-        var swr: OpaquePointer?
-        var stereo = AVChannelLayout()
-        tonearm_stereo_layout(&stereo)
-        status = swr_alloc_set_opts2(
-            &swr, &stereo, AV_SAMPLE_FMT_FLT, OpusEncoder.sampleRate,
-            &context.pointee.ch_layout, context.pointee.sample_fmt, context.pointee.sample_rate, 0, nil)
-        if status >= 0 { status = swr_init(swr) }
-        guard status >= 0, swr != nil else {
-            swr_free(&swr)
+        let duration = format.pointee.duration
+        let codecID = context.pointee.codec_id
+        let channels = Int(context.pointee.ch_layout.nb_channels)
+        let parameters = stream.pointee.codecpar.pointee
+        self.info = MediaInfo(
+            title: Self.metadata("title", format.pointee.metadata) ?? Self.metadata("title", stream.pointee.metadata),
+            durationMS: duration > 0 ? duration / 1000 : nil,
+            codec: String(cString: avcodec_get_name(codecID)),
+            sampleRate: Int(context.pointee.sample_rate),
+            channels: channels,
+            isOpusStereo48k: codecID == AV_CODEC_ID_OPUS && parameters.sample_rate == 48_000 && channels == 2)
+        do {
+            try makeResampler()
+        } catch {
             var c: UnsafeMutablePointer<AVCodecContext>? = context
             avcodec_free_context(&c)
             var f: UnsafeMutablePointer<AVFormatContext>? = format
             avformat_close_input(&f)
-            av_packet_free_wrapper(packet, frame)
-            throw .ffmpeg(.openFailed, "cannot set up resampling to 48 kHz stereo", status)
+            Self.free(packet, frame)
+            throw error
         }
-        self.resampler = swr
-
-        let duration = format.pointee.duration
-        let codecName = String(cString: avcodec_get_name(context.pointee.codec_id))
-        self.info = MediaInfo(
-            title: Self.metadata("title", format.pointee.metadata) ?? Self.metadata("title", stream.pointee.metadata),
-            durationMS: duration > 0 ? duration / 1000 : nil,
-            codec: codecName,
-            sampleRate: Int(context.pointee.sample_rate),
-            channels: Int(context.pointee.ch_layout.nb_channels))
         fifo.reserveCapacity(OpusEncoder.frameFloats * 4)
     }
 
@@ -127,8 +151,28 @@ public final class MediaDecoder {
         swr_free(&resampler)
         avcodec_free_context(&codec)
         avformat_close_input(&format)
-        av_packet_free_wrapper(packet, frame)
+        Self.free(packet, frame)
     }
+
+    // MARK: Compressed packets
+
+    /// The next compressed packet of the audio stream, or nil at the end.
+    public func readPacket() throws(MediaError) -> CompressedPacket? {
+        guard let format else { return nil }
+        while true {
+            let read = av_read_frame(format, packet)
+            if read == tonearm_averror_eof() { return nil }
+            guard read >= 0 else { throw .ffmpeg(.readFailed, "reading the source failed", read) }
+            defer { av_packet_unref(packet) }
+            guard packet.pointee.stream_index == streamIndex, packet.pointee.size > 0 else { continue }
+            let data = Array(UnsafeBufferPointer(start: packet.pointee.data, count: Int(packet.pointee.size)))
+            let pts = packet.pointee.pts
+            let position: Int64? = pts == tonearm_av_nopts_value() ? nil : milliseconds(pts - startTime)
+            return CompressedPacket(data: data, positionMS: position)
+        }
+    }
+
+    // MARK: Decoded frames
 
     /// Writes the next 20 ms into `output` (resized to `OpusEncoder.frameFloats`). The last frame
     /// of a source is padded with silence. Returns false once the source has no more audio.
@@ -155,18 +199,38 @@ public final class MediaDecoder {
         return true
     }
 
+    /// Moves to `positionMS`. The next decoded frame starts exactly there; the next compressed
+    /// packet is the first whose start is at or after it (the caller skips earlier ones).
+    public func seek(toMS positionMS: Int64) throws(MediaError) {
+        guard let format, let codec else { return }
+        let target = max(0, positionMS)
+        let timestamp = startTime + av_rescale_q(target, AVRational(num: 1, den: 1000), timeBase)
+        let status = av_seek_frame(format, streamIndex, timestamp, AVSEEK_FLAG_BACKWARD)
+        guard status >= 0 else { throw .ffmpeg(.readFailed, "seeking failed", status) }
+        avcodec_flush_buffers(codec)
+        try makeResampler()
+        fifo.removeAll(keepingCapacity: true)
+        fifoStart = 0
+        demuxerDone = false
+        decoderDrained = false
+        resamplerDrained = false
+        discardBefore = target * 48
+    }
+
     /// Decodes at least one more frame into the FIFO, or advances the end-of-stream drain.
     private func produce() throws(MediaError) {
         guard let format, let codec else { return }
         if decoderDrained {
             // The decoder is empty: flush the resampler's delay line once.
-            try resample(input: nil, count: 0)
+            try resample(input: nil, count: 0, startSample: nil)
             resamplerDrained = true
             return
         }
         let received = avcodec_receive_frame(codec, frame)
         if received >= 0 {
-            try resample(input: frame.pointee.extended_data, count: frame.pointee.nb_samples)
+            let pts = frame.pointee.best_effort_timestamp
+            let start: Int64? = pts == tonearm_av_nopts_value() ? nil : milliseconds(pts - startTime) * 48
+            try resample(input: frame.pointee.extended_data, count: frame.pointee.nb_samples, startSample: start)
             av_frame_unref(frame)
             return
         }
@@ -180,7 +244,7 @@ public final class MediaDecoder {
         if demuxerDone { return }
         let read = av_read_frame(format, packet)
         if read < 0 {
-            // End of input (or a read error at the end): drain what the decoder still holds.
+            if read != tonearm_averror_eof() { throw .ffmpeg(.readFailed, "reading the source failed", read) }
             demuxerDone = true
             avcodec_send_packet(codec, nil)
             return
@@ -188,14 +252,15 @@ public final class MediaDecoder {
         defer { av_packet_unref(packet) }
         guard packet.pointee.stream_index == streamIndex else { return }
         let sent = avcodec_send_packet(codec, packet)
-        // A corrupt packet is skipped like every player does; a hard failure ends the source.
+        // A corrupt packet is skipped, as every player does; a hard failure ends the source.
         if sent < 0 && sent != tonearm_averror_eagain() && sent != tonearm_averror_invaliddata() {
             throw .ffmpeg(.decodeFailed, "decoding failed", sent)
         }
     }
 
+    /// Converts one decoded frame (or the resampler's tail when `input` is nil) into the FIFO.
     private func resample(
-        input: UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?, count: Int32
+        input: UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?, count: Int32, startSample: Int64?
     ) throws(MediaError) {
         let capacity = Int(swr_get_out_samples(resampler, count))
         guard capacity > 0 else { return }
@@ -216,6 +281,35 @@ public final class MediaDecoder {
             throw .ffmpeg(.decodeFailed, "resampling failed", converted)
         }
         fifo.removeLast((capacity - Int(converted)) * OpusEncoder.channels)
+        // After a seek, drop what precedes the target so playback resumes on the exact frame.
+        if let target = discardBefore, let frameStart = startSample {
+            let drop = Int(min(max(target - frameStart, 0), Int64(converted)))
+            if drop > 0 { fifo.removeSubrange(start..<(start + drop * OpusEncoder.channels)) }
+            if frameStart + Int64(converted) >= target { discardBefore = nil }
+        } else {
+            discardBefore = nil
+        }
+    }
+
+    private func makeResampler() throws(MediaError) {
+        guard let codec else { return }
+        swr_free(&resampler)
+        var swr: OpaquePointer?
+        var stereo = AVChannelLayout()
+        tonearm_stereo_layout(&stereo)
+        var status = swr_alloc_set_opts2(
+            &swr, &stereo, AV_SAMPLE_FMT_FLT, OpusEncoder.sampleRate,
+            &codec.pointee.ch_layout, codec.pointee.sample_fmt, codec.pointee.sample_rate, 0, nil)
+        if status >= 0 { status = swr_init(swr) }
+        guard status >= 0, swr != nil else {
+            swr_free(&swr)
+            throw .ffmpeg(.openFailed, "cannot set up resampling to 48 kHz stereo", status)
+        }
+        resampler = swr
+    }
+
+    private func milliseconds(_ ticks: Int64) -> Int64 {
+        av_rescale_q(ticks, timeBase, AVRational(num: 1, den: 1000))
     }
 
     private static func metadata(_ key: String, _ dictionary: OpaquePointer?) -> String? {
@@ -223,11 +317,11 @@ public final class MediaDecoder {
         let text = String(cString: value)
         return text.isEmpty ? nil : text
     }
-}
 
-private func av_packet_free_wrapper(_ packet: UnsafeMutablePointer<AVPacket>, _ frame: UnsafeMutablePointer<AVFrame>) {
-    var p: UnsafeMutablePointer<AVPacket>? = packet
-    av_packet_free(&p)
-    var f: UnsafeMutablePointer<AVFrame>? = frame
-    av_frame_free(&f)
+    private static func free(_ packet: UnsafeMutablePointer<AVPacket>, _ frame: UnsafeMutablePointer<AVFrame>) {
+        var p: UnsafeMutablePointer<AVPacket>? = packet
+        av_packet_free(&p)
+        var f: UnsafeMutablePointer<AVFrame>? = frame
+        av_frame_free(&f)
+    }
 }

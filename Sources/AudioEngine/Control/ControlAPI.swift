@@ -1,18 +1,32 @@
-// The engine's HTTP control surface (loopback by default): start and stop plays, and health.
+// The engine's HTTP control surface (loopback by default): plays and their controls, session
+// state, yt-dlp resolution and search, health and metrics.
 import Foundation
 import Hummingbird
 import NIOCore
 import WireProtocol
 
 /// Builds the control routes over a `SessionManager`.
-struct ControlAPI {
+struct ControlAPI: Sendable {
     let manager: SessionManager
     let socket: AudioSocketServer
+    let resolver: SourceResolver
+    var searchPrefix = "ytsearch"
     let startedAt = Date()
-    static let version = "0.1.0"
+    static let version = "0.2.0"
 
     struct PlayRequest: Decodable {
         var url: String?
+        var startMS: Int64?
+        var volume: Int?
+        enum CodingKeys: String, CodingKey {
+            case url, volume
+            case startMS = "start_ms"
+        }
+    }
+    struct VolumeRequest: Decodable { var volume: Int? }
+    struct SeekRequest: Decodable {
+        var positionMS: Int64?
+        enum CodingKeys: String, CodingKey { case positionMS = "position_ms" }
     }
 
     struct StopResult: Codable, Equatable {
@@ -24,19 +38,25 @@ struct ControlAPI {
         }
     }
 
+    struct SessionList: Codable { var sessions: [SessionInfo] }
+    struct SearchResults: Codable { var results: [TrackMetadata] }
+
     struct Health: Codable {
         var status: String
         var version: String
         var uptimeSeconds: Double
-        var sessions: Int
+        var sessions: [String: Int]
+        var playing: Int
         var routerConnections: Int
         var frames: FrameCounters
         var droppedFrames: UInt64
+        var rssBytes: Int
         enum CodingKeys: String, CodingKey {
-            case status, version, sessions, frames
+            case status, version, sessions, playing, frames
             case uptimeSeconds = "uptime_seconds"
             case routerConnections = "router_connections"
             case droppedFrames = "dropped_frames"
+            case rssBytes = "rss_bytes"
         }
     }
 
@@ -45,23 +65,96 @@ struct ControlAPI {
         router.post("/session/:id/play") { request, context -> EditedResponse<PlayStarted> in
             let id = try Self.sessionID(context)
             let body = try await Self.decode(PlayRequest.self, request, context)
-            guard let url = body.url else {
+            guard let url = body.url, !url.trimmingCharacters(in: .whitespaces).isEmpty else {
                 throw ControlError.badRequest(
-                    "the body needs \"url\": a file name inside the media directory", code: "missing_url")
+                    "the body needs \"url\": an http(s) URL or a file name inside the media directory",
+                    code: "missing_url")
             }
-            let started = try manager.play(sessionID: id, url: url)
+            let started = try manager.play(sessionID: id, url: url, startMS: body.startMS ?? 0, volume: body.volume)
             return EditedResponse(status: .accepted, response: started)
         }
         router.post("/session/:id/stop") { _, context -> StopResult in
             let id = try Self.sessionID(context)
             return StopResult(sessionID: id, stopped: manager.stop(sessionID: id))
         }
+        router.post("/session/:id/pause") { _, context -> SessionInfo in
+            try manager.pause(sessionID: try Self.sessionID(context))
+        }
+        router.post("/session/:id/resume") { _, context -> SessionInfo in
+            try manager.resume(sessionID: try Self.sessionID(context))
+        }
+        router.post("/session/:id/volume") { request, context -> SessionInfo in
+            let id = try Self.sessionID(context)
+            let body = try await Self.decode(VolumeRequest.self, request, context)
+            guard let volume = body.volume else {
+                throw ControlError.badRequest("the body needs \"volume\": a percentage from 0 to 1000", code: "invalid_volume")
+            }
+            return try manager.setVolume(sessionID: id, volume: volume)
+        }
+        router.post("/session/:id/seek") { request, context -> SessionInfo in
+            let id = try Self.sessionID(context)
+            let body = try await Self.decode(SeekRequest.self, request, context)
+            guard let position = body.positionMS else {
+                throw ControlError.badRequest("the body needs \"position_ms\": milliseconds from the start", code: "invalid_position")
+            }
+            return try manager.seek(sessionID: id, positionMS: position)
+        }
+        router.get("/session/:id") { _, context -> SessionInfo in
+            try manager.info(sessionID: try Self.sessionID(context))
+        }
+        router.get("/sessions") { _, _ -> SessionList in
+            SessionList(sessions: manager.list())
+        }
+        router.get("/resolve") { request, _ -> YTDLP.Resolution in
+            guard let url = request.uri.queryParameters["url"].map(String.init), !url.isEmpty else {
+                throw ControlError.badRequest("give the URL to resolve as ?url=", code: "missing_url")
+            }
+            return try await resolve(url)
+        }
+        router.get("/search") { request, _ -> SearchResults in
+            guard let query = request.uri.queryParameters["q"].map(String.init),
+                !query.trimmingCharacters(in: .whitespaces).isEmpty
+            else { throw ControlError.badRequest("give the search words as ?q=", code: "missing_query") }
+            let limitText = request.uri.queryParameters["limit"].map(String.init) ?? "10"
+            guard let limit = Int(limitText), (1...50).contains(limit) else {
+                throw ControlError.badRequest("\"limit\" is a number from 1 to 50, got \(limitText)", code: "invalid_limit")
+            }
+            return SearchResults(results: try await resolver.ytdlp.search(query, limit: limit, prefix: searchPrefix))
+        }
         router.get("/health") { _, _ -> Health in
             let stats = socket.stats
+            let counts = manager.countsByState
             return Health(
                 status: "ok", version: Self.version, uptimeSeconds: Date().timeIntervalSince(startedAt),
-                sessions: manager.sessionCount, routerConnections: stats.connections, frames: manager.totals,
-                droppedFrames: stats.droppedFrames)
+                sessions: Dictionary(uniqueKeysWithValues: counts.map { ($0.key.rawValue, $0.value) }),
+                playing: counts[.streaming] ?? 0, routerConnections: stats.connections, frames: manager.totals,
+                droppedFrames: stats.droppedFrames, rssBytes: ResourceUsage.residentBytes())
+        }
+    }
+
+    /// Metadata for `url`: media-directory files and direct media describe themselves; pages
+    /// (and playlists) go through yt-dlp.
+    private func resolve(_ url: String) async throws -> YTDLP.Resolution {
+        switch try resolver.plan(url) {
+        case .page(let page):
+            return try await resolver.ytdlp.resolve(page)
+        case .ready(let source):
+            let decoder: MediaDecoder
+            do {
+                decoder = try await Self.offloaded { try MediaDecoder(url: source.location, options: source.protocolOptions) }
+            } catch let error as MediaError {
+                throw ControlError.unplayable(error)
+            }
+            return YTDLP.Resolution(
+                url: url, title: decoder.info.title ?? source.displayName, durationMS: decoder.info.durationMS,
+                thumbnail: nil, isLive: decoder.info.durationMS == nil, isPlaylist: false, entries: [])
+        }
+    }
+
+    /// Runs blocking work (FFmpeg opening a source) off Swift's cooperative pool.
+    private static func offloaded<T>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            Thread.detachNewThread { continuation.resume(with: Result { try work() }) }
         }
     }
 
@@ -91,7 +184,11 @@ struct ControlAPI {
 }
 
 extension PlayStarted: ResponseEncodable {}
+extension SessionInfo: ResponseEncodable {}
+extension YTDLP.Resolution: ResponseEncodable {}
 extension ControlAPI.StopResult: ResponseEncodable {}
+extension ControlAPI.SessionList: ResponseEncodable {}
+extension ControlAPI.SearchResults: ResponseEncodable {}
 extension ControlAPI.Health: ResponseEncodable {}
 
 /// Answers every error as `{"error":{"code","message"}}`, whatever threw it.
@@ -110,5 +207,15 @@ struct JSONErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         } catch {
             throw ControlError(status: .internalServerError, code: "internal", message: "\(error)")
         }
+    }
+}
+
+/// The process's resident memory, read from /proc.
+enum ResourceUsage {
+    static func residentBytes() -> Int {
+        guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
+        let fields = text.split(separator: " ")
+        guard fields.count > 1, let pages = Int(fields[1]) else { return 0 }
+        return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
     }
 }

@@ -1,14 +1,15 @@
 // One play of one session: its source pipeline, and the outbox of encoded frames and in-band
-// events the pacer drains one frame per tick.
+// markers that the pacer drains one frame per tick.
 import NIOCore
 import Synchronization
 import WireProtocol
 
 /// What the pacer finds at the head of a playback's outbox.
 enum OutboxItem {
-    case event(WireEvent)
-    case frame([UInt8])
-    /// The play is over; the pacer emits `finished` with this reason (and `error` first, if any).
+    /// The source opened; the pacer moves the session to Streaming and emits `ready`.
+    case opened(MediaInfo, passthrough: Bool)
+    case frame([UInt8], passthrough: Bool)
+    /// The play is over: `finished` (source ended) or `error` (it failed).
     case end(FinishReason, ControlError?)
 }
 
@@ -25,79 +26,127 @@ final class Playback: @unchecked Sendable {
         var cancelled = false
         /// The end item has been queued; no more work for the workers.
         var ended = false
-        /// At least one frame went out: from then on a missing frame counts as nulled.
-        var started = false
+        /// Bumped by a seek: frames encoded for an older generation are discarded.
+        var generation = 0
+        /// A seek the worker has still to carry out on the pipeline.
+        var pendingSeekMS: Int64?
+        /// Target volume in percent; the pipeline ramps to it.
+        var volume = 100
+        /// The source is resolved and may be opened (page URLs wait for yt-dlp).
+        var source: ResolvedSource?
     }
 
     let sessionID: SessionID
     let playID: UInt64
     let url: String
-    let source: ResolvedSource
-    let outbox = Mutex(Outbox())
-    let counters = Mutex(FrameCounters())
+    let startMS: Int64
+    let outbox: Mutex<Outbox>
 
     /// Owned by the worker holding the fill token.
-    var pipeline: Pipeline?
+    private var pipeline: Pipeline?
 
-    init(sessionID: SessionID, playID: UInt64, url: String, source: ResolvedSource) {
+    init(sessionID: SessionID, playID: UInt64, url: String, startMS: Int64, volume: Int, source: ResolvedSource?) {
         self.sessionID = sessionID
         self.playID = playID
         self.url = url
-        self.source = source
+        self.startMS = startMS
+        var box = Outbox()
+        box.volume = volume
+        box.source = source
+        outbox = Mutex(box)
     }
 
-    /// Takes the fill token if the outbox is below `refillAt` frames and the play still needs work.
+    /// Takes the fill token if the outbox holds at most `refillAt` frames and there is work.
     func claimFill(refillAt: Int) -> Bool {
         outbox.withLock { box in
-            guard !box.filling, !box.cancelled, !box.ended, box.bufferedFrames <= refillAt else { return false }
+            guard !box.filling, !box.cancelled, box.source != nil,
+                box.pendingSeekMS != nil || (!box.ended && box.bufferedFrames <= refillAt)
+            else { return false }
             box.filling = true
             return true
         }
     }
 
-    /// Marks the play cancelled; workers stop at their next frame.
     func cancel() {
         outbox.withLock { $0.cancelled = true }
     }
 
-    /// Worker side: opens the pipeline if needed and encodes frames until `lead` are buffered.
-    /// Must be called holding the fill token; releases it.
+    /// Hands over a source resolved after the play started (a page URL through yt-dlp).
+    func provide(_ source: ResolvedSource) {
+        outbox.withLock { $0.source = source }
+    }
+
+    /// Drops everything encoded ahead and asks the worker to seek (the control thread's side).
+    func requestSeek(toMS position: Int64) {
+        outbox.withLock { box in
+            box.items.removeAll(keepingCapacity: true)
+            box.bufferedFrames = 0
+            box.ended = false
+            box.generation += 1
+            box.pendingSeekMS = position
+        }
+    }
+
+    func setVolume(_ volume: Int) {
+        outbox.withLock { $0.volume = volume }
+    }
+
+    /// Worker side: opens the pipeline if needed, carries out a pending seek, and encodes frames
+    /// until `lead` are buffered. Must be called holding the fill token; releases it.
     func fill(lead: Int, encoder configuration: OpusEncoderConfiguration) {
         defer { outbox.withLock { $0.filling = false } }
         if pipeline == nil {
+            guard let source = outbox.withLock({ $0.source }) else { return }
             do {
-                let opened = try Pipeline(source: source, encoder: configuration)
+                let opened = try Pipeline(source: source, encoder: configuration, startMS: startMS)
                 pipeline = opened
-                let ready = WireEvent(
-                    type: .ready, sessionID: sessionID, playID: playID, url: url,
-                    title: opened.info.title ?? source.displayName, durationMS: opened.info.durationMS,
-                    passthrough: false)
-                push(.event(ready), frames: 0)
+                let volume = outbox.withLock { $0.volume }
+                push(
+                    .opened(opened.info, passthrough: opened.info.isOpusStereo48k && volume == 100), frames: 0,
+                    generation: nil)
             } catch {
-                push(.end(.error, ControlError.wrap(error)), frames: 0)
+                push(.end(.error, ControlError.wrap(error)), frames: 0, generation: nil)
                 return
             }
         }
         guard let pipeline else { return }
         while true {
-            let (buffered, stop) = outbox.withLock { ($0.bufferedFrames, $0.cancelled) }
-            if stop || buffered >= lead { return }
-            do {
-                guard let packet = try pipeline.nextPacket() else {
-                    push(.end(.finished, nil), frames: 0)
+            let (buffered, stop, seek, volume, generation) = outbox.withLock {
+                ($0.bufferedFrames, $0.cancelled, $0.pendingSeekMS, $0.volume, $0.generation)
+            }
+            if stop { return }
+            if let seek {
+                do {
+                    try pipeline.seek(toMS: seek)
+                } catch {
+                    push(.end(.error, ControlError.wrap(error)), frames: 0, generation: generation)
                     return
                 }
-                push(.frame(packet), frames: 1)
+                outbox.withLock { if $0.generation == generation { $0.pendingSeekMS = nil } }
+                continue
+            }
+            if buffered >= lead { return }
+            if let readAhead = pipeline.readAhead, readAhead.buffered == 0, !readAhead.finished {
+                // The network is behind: try again next tick rather than block a worker thread.
+                return
+            }
+            do {
+                guard let packet = try pipeline.nextPacket(volume: volume) else {
+                    push(.end(.finished, nil), frames: 0, generation: generation)
+                    return
+                }
+                push(.frame(packet, passthrough: pipeline.passthrough), frames: 1, generation: generation)
             } catch {
-                push(.end(.error, ControlError.wrap(error)), frames: 0)
+                push(.end(.error, ControlError.wrap(error)), frames: 0, generation: generation)
                 return
             }
         }
     }
 
-    private func push(_ item: OutboxItem, frames: Int) {
+    private func push(_ item: OutboxItem, frames: Int, generation: Int?) {
         outbox.withLock { box in
             guard !box.cancelled else { return }
+            if let generation, generation != box.generation { return }
             if case .end = item { box.ended = true }
             box.items.append(item)
             box.bufferedFrames += frames
@@ -105,12 +154,31 @@ final class Playback: @unchecked Sendable {
     }
 }
 
-/// Frames of one play (or of the whole engine) the way operators count them.
+/// Frames of one session (or of the whole engine) the way operators count them.
 public struct FrameCounters: Sendable, Equatable, Codable {
     /// Frames written at their deadline.
     public var sent: UInt64 = 0
     /// Deadlines at which a streaming session had no frame ready.
     public var nulled: UInt64 = 0
-    /// Deadlines the pacer itself missed (the whole process was late).
+    /// Deadlines the pacer itself missed while the session was streaming (the process was late).
     public var deficit: UInt64 = 0
+
+    public init() {}
+
+    mutating func add(_ other: FrameCounters) {
+        sent += other.sent
+        nulled += other.nulled
+        deficit += other.deficit
+    }
+}
+
+extension Playback {
+    /// Ends the play with an error before it opened (yt-dlp could not resolve it).
+    func fail(_ error: any Error) {
+        outbox.withLock { box in
+            guard !box.cancelled, !box.ended else { return }
+            box.ended = true
+            box.items.append(.end(.error, ControlError.wrap(error)))
+        }
+    }
 }

@@ -3,13 +3,6 @@
 // `file:` URL is refused. Nothing outside the directory is ever opened (symlinks included).
 import Foundation
 
-/// A source the engine has agreed to open.
-struct ResolvedSource: Sendable, Equatable {
-    /// What libavformat opens.
-    var location: String
-    /// A name to show when the source carries no title.
-    var displayName: String
-}
 
 /// The media directory, and the rule for what may be played from it.
 struct MediaLibrary: Sendable {
@@ -26,10 +19,7 @@ struct MediaLibrary: Sendable {
         guard !trimmed.isEmpty else {
             throw .badRequest("\"url\" is empty: give a file name inside the media directory", code: "missing_url")
         }
-        if let colon = trimmed.firstIndex(of: ":"), trimmed[..<colon].allSatisfy({ $0.isLetter }),
-            trimmed[..<colon].count > 1
-        {
-            let scheme = trimmed[..<colon].lowercased()
+        if let scheme = SourceResolver.scheme(of: trimmed) {
             throw .unprocessable(
                 "unsupported_scheme",
                 "the \(scheme): scheme is not accepted; give a file name inside the media directory")

@@ -1,0 +1,49 @@
+// A source the engine has agreed to open, whatever it started as (a media-directory file, a
+// direct http(s) media URL, or a page that yt-dlp resolved to a stream URL).
+import Foundation
+
+struct ResolvedSource: Sendable, Equatable {
+    /// What libavformat opens: a file path or an http(s) URL.
+    var location: String
+    /// A name to show when the source carries no title.
+    var displayName: String
+    /// Read through the read-ahead buffer (network) rather than directly (file).
+    var isNetwork = false
+    /// FFmpeg protocol options: the HTTP headers yt-dlp asked for, timeouts.
+    var protocolOptions: [String: String] = [:]
+    /// Metadata from yt-dlp, when it resolved the source.
+    var metadata: TrackMetadata?
+    /// When the stream URL stops working (yt-dlp's signed URLs expire).
+    var expiresAt: Date?
+    /// The URL the user asked for, to resolve again after expiry.
+    var pageURL: String?
+
+    init(
+        location: String, displayName: String, isNetwork: Bool = false, protocolOptions: [String: String] = [:],
+        metadata: TrackMetadata? = nil, expiresAt: Date? = nil, pageURL: String? = nil
+    ) {
+        self.location = location
+        self.displayName = displayName
+        self.isNetwork = isNetwork
+        self.protocolOptions = protocolOptions
+        self.metadata = metadata
+        self.expiresAt = expiresAt
+        self.pageURL = pageURL
+    }
+}
+
+/// What is known about a track before it is opened.
+struct TrackMetadata: Sendable, Equatable, Codable {
+    var url: String
+    var title: String?
+    var durationMS: Int64?
+    var thumbnail: String?
+    var isLive: Bool
+    var uploader: String?
+
+    enum CodingKeys: String, CodingKey {
+        case url, title, thumbnail, uploader
+        case durationMS = "duration_ms"
+        case isLive = "is_live"
+    }
+}

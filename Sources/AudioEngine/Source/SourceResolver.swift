@@ -1,0 +1,107 @@
+// Decides what a play's `url` is and how to open it: a media-directory file, a direct http(s)
+// media URL (read ahead, reconnecting), or a page that yt-dlp turns into a stream URL.
+import Foundation
+import Synchronization
+
+/// Turns a play request's `url` into a `ResolvedSource`.
+struct SourceResolver: Sendable {
+    let library: MediaLibrary
+    let policy: NetworkPolicy
+    let ytdlp: YTDLP
+    let cache = ResolutionCache()
+
+    /// How a source will be resolved, decided without waiting on anything slow.
+    enum Plan: Sendable {
+        case ready(ResolvedSource)
+        case page(String)
+    }
+
+    /// File extensions libavformat opens directly; any other http(s) URL goes through yt-dlp.
+    static let mediaExtensions: Set<String> = [
+        "mp3", "ogg", "oga", "opus", "webm", "weba", "m4a", "mp4", "aac", "flac", "wav", "mka", "mkv", "m3u8", "wma",
+    ]
+
+    /// Validates `url` and says how it resolves. Throws 400/422 for what can never play.
+    func plan(_ url: String) throws(ControlError) -> Plan {
+        let trimmed = url.trimmingCharacters(in: .whitespaces)
+        guard let scheme = Self.scheme(of: trimmed) else { return .ready(try library.resolve(trimmed)) }
+        guard scheme == "http" || scheme == "https" else {
+            throw .unprocessable(
+                "unsupported_scheme",
+                "the \(scheme): scheme is not accepted; give an http(s) URL or a file name inside the media directory")
+        }
+        guard let components = URLComponents(string: trimmed), let host = components.host, !host.isEmpty else {
+            throw .badRequest("\"\(trimmed)\" is not a valid URL", code: "invalid_url")
+        }
+        try policy.check(host: host)
+        let ext = (components.path as NSString).pathExtension.lowercased()
+        if Self.mediaExtensions.contains(ext) {
+            return .ready(Self.network(trimmed, headers: [:], name: (components.path as NSString).lastPathComponent))
+        }
+        return .page(trimmed)
+    }
+
+    /// Resolves a page URL through yt-dlp (cached until the stream URL expires).
+    func resolvePage(_ url: String) async throws(ControlError) -> ResolvedSource {
+        let stream: YTDLP.Stream
+        if let cached = cache.get(url) {
+            stream = cached
+        } else {
+            stream = try await ytdlp.stream(url)
+            cache.put(url, stream)
+        }
+        if let host = URLComponents(string: stream.url)?.host { try policy.check(host: host) }
+        var source = Self.network(stream.url, headers: stream.headers, name: stream.metadata.title ?? url)
+        source.metadata = stream.metadata
+        source.expiresAt = stream.expiresAt
+        source.pageURL = url
+        return source
+    }
+
+    static func network(_ url: String, headers: [String: String], name: String) -> ResolvedSource {
+        var options = ["rw_timeout": "10000000", "reconnect": "0"]
+        var extra = headers
+        if let agent = extra.removeValue(forKey: "User-Agent") { options["user_agent"] = agent }
+        if !extra.isEmpty {
+            options["headers"] = extra.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)\r\n" }.joined()
+        }
+        return ResolvedSource(location: url, displayName: name, isNetwork: true, protocolOptions: options)
+    }
+
+    /// The lowercased scheme of a URL-like string, or nil for a plain path.
+    static func scheme(of text: String) -> String? {
+        guard let colon = text.firstIndex(of: ":") else { return nil }
+        let candidate = text[..<colon]
+        guard candidate.count > 1, candidate.first!.isLetter,
+            candidate.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "+" || $0 == "-" || $0 == "." })
+        else { return nil }
+        return candidate.lowercased()
+    }
+}
+
+/// yt-dlp resolutions by page URL, kept until their stream URL expires (or an hour).
+final class ResolutionCache: Sendable {
+    private let entries = Mutex<[String: (YTDLP.Stream, Date)]>([:])
+    static let defaultLifetime: TimeInterval = 3_600
+    /// Resolutions expiring within this margin are treated as expired.
+    static let margin: TimeInterval = 60
+
+    func get(_ url: String, now: Date = Date()) -> YTDLP.Stream? {
+        entries.withLock { entries in
+            guard let (stream, expiry) = entries[url] else { return nil }
+            if expiry.timeIntervalSince(now) < Self.margin {
+                entries[url] = nil
+                return nil
+            }
+            return stream
+        }
+    }
+
+    func put(_ url: String, _ stream: YTDLP.Stream, now: Date = Date()) {
+        let expiry = stream.expiresAt ?? now.addingTimeInterval(Self.defaultLifetime)
+        entries.withLock { entries in
+            if entries.count > 1_000 { entries.removeAll() }
+            entries[url] = (stream, expiry)
+        }
+    }
+}

@@ -1,0 +1,168 @@
+// yt-dlp as a subprocess: page URL → stream URL, its HTTP headers and metadata; playlists; search.
+// Runs asynchronously (never on the encoding workers) with a time limit.
+import Foundation
+import HTTPTypes
+
+/// Calls the yt-dlp executable.
+struct YTDLP: Sendable {
+    var executable = "yt-dlp"
+    var timeout: Duration = .seconds(30)
+
+    /// One resolved stream.
+    struct Stream: Sendable, Equatable {
+        var url: String
+        var headers: [String: String]
+        var metadata: TrackMetadata
+        var expiresAt: Date?
+    }
+
+    /// A resolved page: one track, or a playlist's entries.
+    struct Resolution: Sendable, Codable, Equatable {
+        var url: String
+        var title: String?
+        var durationMS: Int64?
+        var thumbnail: String?
+        var isLive: Bool
+        var isPlaylist: Bool
+        var entries: [TrackMetadata]
+
+        enum CodingKeys: String, CodingKey {
+            case url, title, thumbnail, entries
+            case durationMS = "duration_ms"
+            case isLive = "is_live"
+            case isPlaylist = "is_playlist"
+        }
+    }
+
+    /// The best audio stream of `url`.
+    func stream(_ url: String) async throws(ControlError) -> Stream {
+        let json = try await run(["--dump-single-json", "--no-playlist", "--format", "bestaudio/best", url])
+        guard let streamURL = json["url"] as? String else {
+            throw .unprocessable("no_stream", "yt-dlp found no playable stream at \(url)")
+        }
+        let headers = (json["http_headers"] as? [String: String]) ?? [:]
+        return Stream(
+            url: streamURL, headers: headers, metadata: Self.metadata(json, fallbackURL: url),
+            expiresAt: Self.expiry(of: streamURL))
+    }
+
+    /// Metadata of `url`, with playlist entries (not resolved to streams).
+    func resolve(_ url: String) async throws(ControlError) -> Resolution {
+        let json = try await run(["--dump-single-json", "--flat-playlist", url])
+        return Self.resolution(json, url: url)
+    }
+
+    /// Search results for `query` (`ytsearchN:` by default).
+    func search(_ query: String, limit: Int, prefix: String) async throws(ControlError) -> [TrackMetadata] {
+        let json = try await run(["--dump-single-json", "--flat-playlist", "\(prefix)\(limit):\(query)"])
+        return Self.resolution(json, url: query).entries
+    }
+
+    static func resolution(_ json: [String: Any], url: String) -> Resolution {
+        let entries = (json["entries"] as? [[String: Any]]) ?? []
+        return Resolution(
+            url: (json["webpage_url"] as? String) ?? url, title: json["title"] as? String,
+            durationMS: (json["duration"] as? Double).map { Int64($0 * 1000) },
+            thumbnail: json["thumbnail"] as? String, isLive: json["is_live"] as? Bool ?? false,
+            isPlaylist: json["_type"] as? String == "playlist",
+            entries: entries.map { metadata($0, fallbackURL: url) })
+    }
+
+    static func metadata(_ json: [String: Any], fallbackURL: String) -> TrackMetadata {
+        let thumbnails = json["thumbnails"] as? [[String: Any]]
+        return TrackMetadata(
+            url: (json["webpage_url"] as? String) ?? (json["url"] as? String) ?? fallbackURL,
+            title: json["title"] as? String,
+            durationMS: (json["duration"] as? Double).map { Int64($0 * 1000) },
+            thumbnail: (json["thumbnail"] as? String) ?? (thumbnails?.last?["url"] as? String),
+            isLive: json["is_live"] as? Bool ?? false,
+            uploader: json["uploader"] as? String)
+    }
+
+    /// Signed stream URLs (YouTube's among them) carry `expire=<unix time>`.
+    static func expiry(of url: String) -> Date? {
+        guard let components = URLComponents(string: url),
+            let value = components.queryItems?.first(where: { $0.name == "expire" })?.value,
+            let seconds = TimeInterval(value)
+        else { return nil }
+        return Date(timeIntervalSince1970: seconds)
+    }
+
+    private func run(_ arguments: [String]) async throws(ControlError) -> [String: Any] {
+        let output: ProcessOutput
+        do {
+            output = try await ProcessOutput.run(
+                executable, arguments: ["--no-warnings", "--no-progress", "--ignore-config"] + arguments,
+                timeout: timeout)
+        } catch {
+            throw .init(
+                status: .serviceUnavailable, code: "resolver_unavailable",
+                message: "yt-dlp could not be run (\(executable)): \(error)")
+        }
+        guard output.status == 0 else {
+            let reason = output.standardError.split(separator: "\n").last { $0.contains("ERROR") }
+                .map { String($0).replacingOccurrences(of: "ERROR: ", with: "") } ?? "exit status \(output.status)"
+            throw .unprocessable("unresolvable", "yt-dlp cannot play this URL: \(reason)")
+        }
+        guard let json = try? JSONSerialization.jsonObject(with: output.standardOutput) as? [String: Any] else {
+            throw .unprocessable("unresolvable", "yt-dlp returned no usable description of the URL")
+        }
+        return json
+    }
+}
+
+/// A finished subprocess.
+struct ProcessOutput: Sendable {
+    var status: Int32
+    var standardOutput: Data
+    var standardError: String
+
+    struct Timeout: Error, CustomStringConvertible {
+        var description: String { "timed out" }
+    }
+
+    /// Runs `executable` (looked up on PATH) without blocking a thread while it runs.
+    static func run(_ executable: String, arguments: [String], timeout: Duration) async throws -> ProcessOutput {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = [executable] + arguments
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        process.standardInput = FileHandle.nullDevice
+        let collected = OutputCollector()
+        out.fileHandleForReading.readabilityHandler = { collected.append(out: $0.availableData) }
+        err.fileHandleForReading.readabilityHandler = { collected.append(err: $0.availableData) }
+        let exited = AsyncStream<Int32>.makeStream()
+        process.terminationHandler = { exited.continuation.yield($0.terminationStatus); exited.continuation.finish() }
+        try process.run()
+        let watchdog = Task {
+            try await Task.sleep(for: timeout)
+            collected.markTimedOut()
+            process.terminate()
+        }
+        var status: Int32 = -1
+        for await code in exited.stream { status = code }
+        watchdog.cancel()
+        out.fileHandleForReading.readabilityHandler = nil
+        err.fileHandleForReading.readabilityHandler = nil
+        collected.append(out: out.fileHandleForReading.readDataToEndOfFile())
+        collected.append(err: err.fileHandleForReading.readDataToEndOfFile())
+        if collected.timedOut { throw Timeout() }
+        let (stdout, stderr) = collected.value
+        return ProcessOutput(status: status, standardOutput: stdout, standardError: String(decoding: stderr, as: UTF8.self))
+    }
+}
+
+import Synchronization
+
+/// Output gathered from a subprocess's pipes as it arrives.
+final class OutputCollector: Sendable {
+    private let data = Mutex<(Data, Data)>((Data(), Data()))
+    private let expired = Mutex(false)
+    func markTimedOut() { expired.withLock { $0 = true } }
+    var timedOut: Bool { expired.withLock { $0 } }
+    func append(out chunk: Data) { data.withLock { $0.0.append(chunk) } }
+    func append(err chunk: Data) { data.withLock { $0.1.append(chunk) } }
+    var value: (Data, Data) { data.withLock { $0 } }
+}
