@@ -5,6 +5,7 @@
 SHELL := /bin/bash
 APT_PACKAGES := pkg-config libopus-dev libavcodec-dev libavformat-dev libswresample-dev libavutil-dev \
                 ffmpeg opus-tools
+PIP_PACKAGES := yt-dlp==2026.10.26
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_MEDIA ?= $(CURDIR)/demo-media
 RUN_DIR ?= /tmp/tonearm-run
@@ -13,13 +14,19 @@ export TONEARM_MEDIA_DIR ?= $(DEMO_MEDIA)
 
 .PHONY: deps build build-release test run demo-media clean
 
-## Installs the Debian packages Tonearm needs (skipped when all are present).
+## Installs the Debian packages and Python tools Tonearm needs (skipped when all are present).
 deps:
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	python3 -m pip --version >/dev/null 2>&1 || missing="$$missing python3-pip"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing: $$missing"; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
+	@for p in $(PIP_PACKAGES); do \
+		python3 -m pip show "$${p%%==*}" 2>/dev/null | grep -qx "Version: $${p##*==}" || \
+		python3 -m pip install --quiet --disable-pip-version-check --break-system-packages "$$p" 2>/dev/null || \
+		python3 -m pip install --quiet --disable-pip-version-check "$$p"; \
+	done
 
 build: deps
 	swift build
@@ -50,10 +57,13 @@ run: build-release demo-media
 	echo "Tonearm: open http://$${TONEARM_ROUTER_HOST:-127.0.0.1}:$${TONEARM_ROUTER_PORT:-8080}/ and play tone-440.mp3"; \
 	"$$bin/Router"
 
-## Builds everything and runs every test suite.
+## Builds everything and runs every test suite. The end-to-end tests start release builds of
+## the two executables, as a user would run them; unit tests run in the debug build.
 test: deps
 	swift build --build-tests
-	swift test --skip-build
+	swift build -c release --product AudioEngine
+	swift build -c release --product Router
+	TONEARM_BIN_DIR="$$(swift build -c release --show-bin-path)" swift test --skip-build
 
 clean:
 	rm -rf .build "$(DEMO_MEDIA)"

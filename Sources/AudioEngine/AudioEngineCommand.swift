@@ -47,10 +47,11 @@ enum AudioEngineService {
             library: MediaLibrary(directory: configuration.mediaDirectory),
             policy: NetworkPolicy(allowPrivateSources: configuration.allowPrivateSources),
             ytdlp: YTDLP(executable: configuration.ytdlpPath))
+        let metrics = EngineMetrics.prometheus()
         let manager = SessionManager(
             resolver: resolver, configuration: configuration.playback, workers: workers, openers: openers,
-            logger: logger)
-        let socket = AudioSocketServer(path: configuration.socketPath, logger: logger)
+            metrics: metrics, logger: logger)
+        let socket = AudioSocketServer(path: configuration.socketPath, metrics: metrics, logger: logger)
         let pacer = Pacer(manager: manager, sink: socket, logger: logger)
         let router = Router()
         ControlAPI(manager: manager, socket: socket, resolver: resolver, searchPrefix: configuration.searchPrefix)

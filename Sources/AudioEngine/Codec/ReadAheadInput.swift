@@ -17,6 +17,8 @@ public final class ReadAheadInput: @unchecked Sendable {
         public var maxReconnects = 3
         /// FFmpeg protocol options (headers, user agent, timeouts).
         public var options: [String: String] = [:]
+        /// Called on the reader thread before each reconnect attempt.
+        public var onReconnect: @Sendable () -> Void = {}
         public init() {}
     }
 
@@ -240,6 +242,7 @@ public final class ReadAheadInput: @unchecked Sendable {
             let stop = closed
             condition.unlock()
             if stop { return nil }
+            configuration.onReconnect()
             if let network = try? open(at: offset) { return network }
         }
         condition.lock()

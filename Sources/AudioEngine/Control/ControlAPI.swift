@@ -1,8 +1,10 @@
 // The engine's HTTP control surface (loopback by default): plays and their controls, session
 // state, yt-dlp resolution and search, health and metrics.
+import CoreMetrics
 import Foundation
 import Hummingbird
 import NIOCore
+import Prometheus
 import WireProtocol
 
 /// Builds the control routes over a `SessionManager`.
@@ -120,6 +122,15 @@ struct ControlAPI: Sendable {
                 throw ControlError.badRequest("\"limit\" is a number from 1 to 50, got \(limitText)", code: "invalid_limit")
             }
             return SearchResults(results: try await resolver.ytdlp.search(query, limit: limit, prefix: searchPrefix))
+        }
+        router.get("/metrics") { _, _ -> Response in
+            let metrics = manager.metrics
+            for (state, count) in manager.countsByState { metrics.sessions[state]?.record(count) }
+            metrics.routerConnections.record(socket.stats.connections)
+            var headers = HTTPFields()
+            headers[.contentType] = "text/plain; version=0.0.4; charset=utf-8"
+            let text = metrics.registry?.emitToBuffer() ?? []
+            return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: text)))
         }
         router.get("/health") { _, _ -> Health in
             let stats = socket.stats

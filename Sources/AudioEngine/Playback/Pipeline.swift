@@ -1,6 +1,7 @@
 // Source → Opus packets for one play, on worker threads only. A source that is already Opus at
 // 48 kHz stereo in single 20 ms frames goes out untouched while the volume is 100 %; any other
 // volume (or source) is decoded, resampled, scaled with a ramp and encoded.
+import CoreMetrics
 import Foundation
 
 /// The per-play chain: demux/decode (FFmpeg) → gain → encode (libopus), or passthrough.
@@ -23,12 +24,20 @@ final class Pipeline {
     /// Whether the last packet went out untouched.
     private(set) var passthrough = false
 
-    init(source: ResolvedSource, encoder configuration: OpusEncoderConfiguration, startMS: Int64 = 0) throws {
+    private let encodeTime: CoreMetrics.Timer?
+
+    init(
+        source: ResolvedSource, encoder configuration: OpusEncoderConfiguration, startMS: Int64 = 0,
+        metrics: EngineMetrics? = nil
+    ) throws {
+        encodeTime = metrics?.encodeTime
         var input: ReadAheadInput?
         do {
             if source.isNetwork {
                 var settings = ReadAheadInput.Configuration()
                 settings.options = source.protocolOptions
+                let reconnects = metrics?.sourceReconnects
+                settings.onReconnect = { reconnects?.increment() }
                 input = try ReadAheadInput(url: source.location, configuration: settings)
             }
             decoder = try MediaDecoder(url: source.location, io: input)
@@ -140,7 +149,13 @@ final class Pipeline {
             }
             gain = target
         }
+        let started = ContinuousClock.now
+        defer { encodeTime?.recordNanoseconds(Self.nanoseconds(ContinuousClock.now - started)) }
         return try pcm.withUnsafeBufferPointer { try encoder.encode($0) { Array($0) } }
+    }
+
+    private static func nanoseconds(_ duration: Duration) -> Int64 {
+        duration.components.seconds * 1_000_000_000 + duration.components.attoseconds / 1_000_000_000
     }
 }
 

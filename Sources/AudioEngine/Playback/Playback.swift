@@ -93,12 +93,12 @@ final class Playback: @unchecked Sendable {
 
     /// Worker side: opens the pipeline if needed, carries out a pending seek, and encodes frames
     /// until `lead` are buffered. Must be called holding the fill token; releases it.
-    func fill(lead: Int, encoder configuration: OpusEncoderConfiguration) {
+    func fill(lead: Int, encoder configuration: OpusEncoderConfiguration, metrics: EngineMetrics) {
         defer { outbox.withLock { $0.filling = false } }
         if pipeline == nil {
             guard let source = outbox.withLock({ $0.source }) else { return }
             do {
-                let opened = try Pipeline(source: source, encoder: configuration, startMS: startMS)
+                let opened = try Pipeline(source: source, encoder: configuration, startMS: startMS, metrics: metrics)
                 pipeline = opened
                 let volume = outbox.withLock { $0.volume }
                 push(

@@ -1,6 +1,7 @@
 // All sessions of the engine by id. Control requests change a session through its state machine;
 // the pacer takes each tick's events and one frame per streaming session from here, in the order
 // the wire promises.
+import CoreMetrics
 import Foundation
 import HTTPTypes
 import Logging
@@ -73,6 +74,8 @@ final class SessionManager: Sendable {
         /// Position of the first frame sent since the play started or last seeked.
         var positionBaseMS: Int64 = 0
         var framesSinceBase: UInt64 = 0
+        /// A frame of the current play has gone out: from then on a missing frame counts as nulled.
+        var playStarted = false
         var counters = FrameCounters()
         var lastChange = ContinuousClock.now
 
@@ -94,11 +97,13 @@ final class SessionManager: Sendable {
     private let workers: NIOThreadPool
     private let openers: NIOThreadPool
     private let logger: Logger
+    let metrics: EngineMetrics
 
     init(
         resolver: SourceResolver, configuration: PlaybackConfiguration, workers: NIOThreadPool,
-        openers: NIOThreadPool? = nil, logger: Logger
+        openers: NIOThreadPool? = nil, metrics: EngineMetrics = EngineMetrics(), logger: Logger
     ) {
+        self.metrics = metrics
         self.resolver = resolver
         self.configuration = configuration
         self.workers = workers
@@ -144,6 +149,7 @@ final class SessionManager: Sendable {
             session.passthrough = false
             session.positionBaseMS = startMS
             session.framesSinceBase = 0
+            session.playStarted = false
             session.lastChange = .now
             state.sessions[sessionID] = session
             return playback
@@ -281,6 +287,9 @@ final class SessionManager: Sendable {
                 }
             }
             state.totals.add(tickTotals)
+            if tickTotals.sent > 0 { metrics.framesSent.increment(by: Int64(tickTotals.sent)) }
+            if tickTotals.nulled > 0 { metrics.framesNulled.increment(by: Int64(tickTotals.nulled)) }
+            if tickTotals.deficit > 0 { metrics.framesDeficit.increment(by: Int64(tickTotals.deficit)) }
             if state.ticks % 50 == 0 { removeIdle(&state, into: &batch) }
         }
         schedule(refill, on: workers, claimed: true)
@@ -293,7 +302,7 @@ final class SessionManager: Sendable {
         var counted = FrameCounters()
         let playing = session.machine.state
         guard playing == .streaming || playing == .extracting else { return counted }
-        if playing == .streaming { counted.deficit = lateTicks }
+        if playing == .streaming && session.playStarted { counted.deficit = lateTicks }
         while true {
             let head: OutboxItem? = playback.outbox.withLock { box in
                 guard let item = box.items.popFirst() else { return nil }
@@ -301,7 +310,7 @@ final class SessionManager: Sendable {
                 return item
             }
             guard let head else {
-                if session.machine.state == .streaming { counted.nulled += 1 }
+                if session.machine.state == .streaming && session.playStarted { counted.nulled += 1 }
                 break
             }
             switch head {
@@ -320,6 +329,7 @@ final class SessionManager: Sendable {
             case .frame(let packet, let passthrough):
                 batch.append(packet, for: id)
                 counted.sent = 1
+                session.playStarted = true
                 session.framesSinceBase += 1
                 session.passthrough = passthrough
                 if session.framesSinceBase % configuration.progressInterval == 0 {
@@ -339,6 +349,7 @@ final class SessionManager: Sendable {
                             type: .error, sessionID: id, playID: playback.playID, code: error.code,
                             message: error.message))
                     batch.append(Self.finished(id, playback.playID, .error))
+                    metrics.sourceErrors.increment()
                     logger.warning(
                         "play failed",
                         metadata: ["session.id": "\(id)", "play.id": "\(playback.playID)", "error": "\(error)"])
@@ -381,7 +392,8 @@ final class SessionManager: Sendable {
             if !claimed && !playback.claimFill(refillAt: Int.max) { continue }
             let lead = configuration.leadFrames
             let encoder = configuration.encoder
-            pool.submit { _ in playback.fill(lead: lead, encoder: encoder) }
+            let metrics = metrics
+            pool.submit { _ in playback.fill(lead: lead, encoder: encoder, metrics: metrics) }
         }
     }
 

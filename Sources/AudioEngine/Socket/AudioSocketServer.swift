@@ -1,6 +1,7 @@
 // The Unix socket the Router reads from. Any number of Router connections; each receives every
 // tick's batch. A connection that cannot keep up loses its own audio (events still go through),
 // and never slows the pacer or another connection.
+import CoreMetrics
 import Foundation
 import Logging
 import NIOCore
@@ -29,7 +30,13 @@ final class AudioSocketServer: Service, Sendable {
     private let counters = Mutex(Counters())
     private let bound = Mutex<(any Channel)?>(nil)
 
-    init(path: String, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, logger: Logger) {
+    private let metrics: EngineMetrics
+
+    init(
+        path: String, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        metrics: EngineMetrics = EngineMetrics(), logger: Logger
+    ) {
+        self.metrics = metrics
         self.path = path
         self.group = group
         self.logger = logger
@@ -94,7 +101,10 @@ final class AudioSocketServer: Service, Sendable {
                 if batch.events > 0 { channel.writeAndFlush(batch.eventsOnly, promise: nil) }
             }
         }
-        if dropped > 0 { counters.withLock { $0.droppedFrames += dropped } }
+        if dropped > 0 {
+            counters.withLock { $0.droppedFrames += dropped }
+            metrics.droppedFrames.increment(by: Int64(dropped))
+        }
     }
 
     private func accept(_ channel: any Channel) {

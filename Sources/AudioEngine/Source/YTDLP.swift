@@ -139,7 +139,8 @@ struct ProcessOutput: Sendable {
         let watchdog = Task {
             try await Task.sleep(for: timeout)
             collected.markTimedOut()
-            process.terminate()
+            // SIGKILL: the child inherits the spawning thread's signal mask, which may block SIGTERM.
+            kill(process.processIdentifier, SIGKILL)
         }
         var status: Int32 = -1
         for await code in exited.stream { status = code }

@@ -1,0 +1,46 @@
+// What the engine counts for operators, through swift-metrics. `main` hands it the Prometheus
+// factory whose registry `/metrics` renders; tests may pass any other factory.
+import CoreMetrics
+import Prometheus
+
+/// The engine's metrics.
+struct EngineMetrics: Sendable {
+    let framesSent: CoreMetrics.Counter
+    let framesNulled: CoreMetrics.Counter
+    let framesDeficit: CoreMetrics.Counter
+    let encodeTime: CoreMetrics.Timer
+    let sourceErrors: CoreMetrics.Counter
+    let sourceReconnects: CoreMetrics.Counter
+    let droppedFrames: CoreMetrics.Counter
+    let routerConnections: CoreMetrics.Gauge
+    let sessions: [SessionState: CoreMetrics.Gauge]
+    /// Renders the Prometheus text exposition, when the factory is Prometheus.
+    let registry: PrometheusCollectorRegistry?
+
+    init(factory: any MetricsFactory = NOOPMetricsHandler.instance, registry: PrometheusCollectorRegistry? = nil) {
+        framesSent = CoreMetrics.Counter(label: "tonearm_engine_frames_sent_total", factory: factory)
+        framesNulled = CoreMetrics.Counter(label: "tonearm_engine_frames_nulled_total", factory: factory)
+        framesDeficit = CoreMetrics.Counter(label: "tonearm_engine_frames_deficit_total", factory: factory)
+        encodeTime = CoreMetrics.Timer(label: "tonearm_engine_encode_seconds", preferredDisplayUnit: .seconds, factory: factory)
+        sourceErrors = CoreMetrics.Counter(label: "tonearm_engine_source_errors_total", factory: factory)
+        sourceReconnects = CoreMetrics.Counter(label: "tonearm_engine_source_reconnects_total", factory: factory)
+        droppedFrames = CoreMetrics.Counter(label: "tonearm_engine_router_dropped_frames_total", factory: factory)
+        routerConnections = CoreMetrics.Gauge(label: "tonearm_engine_router_connections", factory: factory)
+        sessions = Dictionary(
+            uniqueKeysWithValues: SessionState.allCases.map {
+                ($0, CoreMetrics.Gauge(label: "tonearm_engine_sessions", dimensions: [("state", $0.rawValue)], factory: factory))
+            })
+        self.registry = registry
+    }
+
+    /// A Prometheus-backed set: the registry renders what the metrics record.
+    static func prometheus() -> EngineMetrics {
+        let registry = PrometheusCollectorRegistry()
+        var factory = PrometheusMetricsFactory(registry: registry)
+        factory.defaultDurationHistogramBuckets = [
+            .microseconds(50), .microseconds(100), .microseconds(250), .microseconds(500), .milliseconds(1),
+            .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(20),
+        ]
+        return EngineMetrics(factory: factory, registry: registry)
+    }
+}

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""A local HTTP media server for Tonearm's tests: serves a directory with Range support, and can
+misbehave on purpose, once each: stall for a while at a byte offset, or drop the connection at
+another. It can also pace its output to a multiple of real time. Prints the port it bound."""
+import argparse
+import http.server
+import os
+import signal
+import socketserver
+import sys
+import threading
+import time
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--root", required=True)
+parser.add_argument("--stall-at", type=int, default=-1, help="byte offset at which to stall once")
+parser.add_argument("--stall-seconds", type=float, default=2.0)
+parser.add_argument("--drop-at", type=int, default=-1, help="byte offset at which to close the connection once")
+parser.add_argument("--rate", type=int, default=0, help="bytes per second to send (0: unlimited)")
+args = parser.parse_args()
+# A parent may have started us with every signal blocked (threads of Swift's runtime block them).
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
+
+state = {"stalled": False, "dropped": False, "requests": []}
+lock = threading.Lock()
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        path = os.path.join(args.root, self.path.split("?")[0].lstrip("/"))
+        if self.path.startswith("/requests"):
+            body = "\n".join(state["requests"]).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        if not os.path.isfile(path):
+            self.send_error(404)
+            return
+        size = os.path.getsize(path)
+        start, end = 0, size - 1
+        rng = self.headers.get("Range")
+        with lock:
+            state["requests"].append(f"{self.path} {rng or '-'}")
+        if rng and rng.startswith("bytes="):
+            first, _, last = rng[6:].partition("-")
+            start = int(first) if first else 0
+            end = int(last) if last else size - 1
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+        else:
+            self.send_response(200)
+        ctype = "text/html" if path.endswith(".html") else "application/octet-stream"
+        self.send_header("Content-Type", ctype)
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("Content-Length", str(end - start + 1))
+        self.end_headers()
+        with open(path, "rb") as f:
+            f.seek(start)
+            offset = start
+            began = time.monotonic()
+            sent = 0
+            while offset <= end:
+                chunk = f.read(min(4096, end - offset + 1))
+                if not chunk:
+                    break
+                with lock:
+                    if args.stall_at >= 0 and not state["stalled"] and offset <= args.stall_at < offset + len(chunk):
+                        state["stalled"] = True
+                        stall = True
+                    else:
+                        stall = False
+                    if args.drop_at >= 0 and not state["dropped"] and offset <= args.drop_at < offset + len(chunk):
+                        state["dropped"] = True
+                        drop = True
+                    else:
+                        drop = False
+                if drop:
+                    self.wfile.write(chunk[: args.drop_at - offset])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    self.connection.shutdown(2)
+                    return
+                if stall:
+                    time.sleep(args.stall_seconds)
+                try:
+                    self.wfile.write(chunk)
+                except (BrokenPipeError, ConnectionResetError):
+                    return
+                offset += len(chunk)
+                sent += len(chunk)
+                if args.rate > 0:
+                    ahead = sent / args.rate - (time.monotonic() - began)
+                    if ahead > 0:
+                        time.sleep(ahead)
+
+
+class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+
+
+server = Server(("127.0.0.1", 0), Handler)
+print(server.server_address[1], flush=True)
+server.serve_forever()
