@@ -259,6 +259,53 @@ func milliseconds(_ duration: Duration) -> Double {
         socket.close()
     }
 
+    @Test func aRouterConnectionThatStopsReadingLosesOnlyItsOwnFrames() async throws {
+        let harness = try EngineHarness()
+        try MediaFixture.tone(440, seconds: 20, into: harness.media)
+        let healthy = try await harness.start()
+        defer { Task { await harness.stop() } }
+        let stuck = try await SocketRecorder.connect(harness.socketPath, reading: false)
+        for i in 0..<30 {
+            #expect(try await harness.post("/session/s\(i)/play", #"{"url":"tone-440.mp3"}"#).status == 202)
+        }
+        #expect(await eventually { healthy.packets("s0").count >= 10 })
+        let mark = healthy.count
+        let started = ContinuousClock.now
+        try await Task.sleep(for: .seconds(5))
+        let elapsed = ContinuousClock.now - started
+        let packets = healthy.packets("s29", from: mark)
+        let expected = Int(milliseconds(elapsed) / 20)
+        #expect(abs(packets.count - expected) <= 3, "healthy connection got \(packets.count) of \(expected) frames")
+        let gaps = zip(packets.dropFirst(), packets).map { milliseconds($0.at - $1.at) }
+        #expect(gaps.max() ?? 0 < 100, "healthy connection saw a gap of \(gaps.max() ?? 0) ms")
+        let health = try await harness.get("/health")
+        let dropped = health.json["dropped_frames"] as? Int ?? 0
+        print("stuck Router connection: \(dropped) frames dropped for it")
+        #expect(dropped > 0, "the stuck connection never had frames dropped")
+        #expect((health.json["frames"] as? [String: Any])?["nulled"] as? Int == 0)
+        #expect(stuck.count == 0)
+        stuck.close()
+        healthy.close()
+    }
+
+    @Test func searchGoesThroughYtDlp() async throws {
+        // YouTube is out of reach here: a stand-in yt-dlp answers the search as the real one does.
+        let fake = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Fixtures/fake-yt-dlp").path
+        let harness = try EngineHarness(environment: ["TONEARM_YTDLP": fake])
+        let socket = try await harness.start()
+        defer { Task { await harness.stop() } }
+        let found = try await harness.get("/search?q=lofi%20beats&limit=2")
+        #expect(found.status == 200)
+        let results = try #require(found.json["results"] as? [[String: Any]])
+        #expect(results.count == 2)
+        #expect(results.first?["title"] as? String == "lofi beats 1")
+        #expect(results.first?["duration_ms"] as? Int == 61_000)
+        #expect(try await harness.get("/search?q=x&limit=0").status == 400)
+        #expect(try await harness.get("/search").status == 400)
+        socket.close()
+    }
+
     @Test func sixtySessionsAtOnceWithoutCrossTalkOrLateFrames() async throws {
         let harness = try EngineHarness(environment: ProcessInfo.processInfo.environment["LEAD"].map { ["TONEARM_ENCODE_LEAD_FRAMES": $0] } ?? [:])
         let frequencies = (0..<60).map { 300 + 25 * $0 }

@@ -79,9 +79,12 @@ final class SocketRecorder: Sendable {
 
     private init(channel: any Channel) { self.channel = channel }
 
-    static func connect(_ path: String) async throws -> SocketRecorder {
+    /// Connects; with `reading: false` the connection never reads, like a Router that hangs.
+    static func connect(_ path: String, reading: Bool = true) async throws -> SocketRecorder {
         let recorder = Box()
         let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .channelOption(.autoRead, value: reading)
+            .channelOption(.socketOption(.so_rcvbuf), value: reading ? 1 << 20 : 4_096)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(WireMessageDecoder()))

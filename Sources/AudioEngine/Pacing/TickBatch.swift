@@ -25,6 +25,14 @@ struct TickBatch {
         events += 1
     }
 
+    /// The same tick with its audio removed and its events kept.
+    func withoutAudio() -> TickBatch {
+        var copy = self
+        copy.all = eventsOnly
+        copy.frames = 0
+        return copy
+    }
+
     mutating func append(_ packet: [UInt8], for sessionID: SessionID) {
         // A packet comes from libopus and is at most 4,000 bytes, well inside the frame cap.
         try! all.writeAudioPacket(sessionID: sessionID, payload: packet)

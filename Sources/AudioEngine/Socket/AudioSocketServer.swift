@@ -1,6 +1,7 @@
 // The Unix socket the Router reads from. Any number of Router connections; each receives every
-// tick's batch. A connection that cannot keep up loses its own audio (events still go through),
-// and never slows the pacer or another connection.
+// tick's batch through its own bounded queue (`RouterConnection`). A connection that cannot keep
+// up loses the audio of its own oldest ticks (events still go through, in order), and never slows
+// the pacer or another connection.
 import CoreMetrics
 import Foundation
 import Logging
@@ -18,15 +19,15 @@ final class AudioSocketServer: Service, Sendable {
         var droppedFrames: UInt64 = 0
     }
 
-    /// Bytes a connection may have waiting before it stops receiving audio (about 250 ms of
-    /// 60 sessions at 128 kbit/s).
+    /// Bytes the socket layer may hold for a connection before it counts as full and ticks wait
+    /// in the connection's own queue (about 250 ms of 60 sessions at 128 kbit/s).
     static let highWatermark = 256 * 1024
     static let lowWatermark = 128 * 1024
 
     private let path: String
     private let group: any EventLoopGroup
     private let logger: Logger
-    private let connections = Mutex<[ObjectIdentifier: any Channel]>([:])
+    private let connections = Mutex<[ObjectIdentifier: RouterConnection]>([:])
     private let counters = Mutex(Counters())
     private let bound = Mutex<(any Channel)?>(nil)
 
@@ -58,8 +59,11 @@ final class AudioSocketServer: Service, Sendable {
                 .writeBufferWaterMark, value: .init(low: Self.lowWatermark, high: Self.highWatermark)
             )
             .childChannelInitializer { [self] channel in
-                accept(channel)
-                return channel.eventLoop.makeSucceededVoidFuture()
+                channel.eventLoop.makeCompletedFuture {
+                    let connection = RouterConnection(channel: channel)
+                    try channel.pipeline.syncOperations.addHandler(WritabilityHandler(connection: connection))
+                    accept(connection)
+                }
             }
             .bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true)
             .get()
@@ -81,25 +85,22 @@ final class AudioSocketServer: Service, Sendable {
         }
         try? await server?.close()
         let open = connections.withLock { Array($0.values) }
-        for channel in open {
-            // Writes complete in order, so this waits for everything queued before it.
+        for connection in open {
+            let channel = connection.channel
+            // Whatever the connection still has queued goes out first; writes complete in order.
+            try? await channel.eventLoop.submit { connection.drain() }.get()
             try? await channel.writeAndFlush(channel.allocator.buffer(capacity: 0)).get()
             try? await channel.close()
         }
         try? FileManager.default.removeItem(atPath: path)
     }
 
-    /// Writes one tick to every connection without waiting for any of them.
+    /// Hands one tick to every connection without waiting for any of them.
     func write(_ batch: TickBatch) {
         let open = connections.withLock { Array($0.values) }
         var dropped: UInt64 = 0
-        for channel in open {
-            if channel.isWritable {
-                channel.writeAndFlush(batch.all, promise: nil)
-            } else {
-                dropped += UInt64(batch.frames)
-                if batch.events > 0 { channel.writeAndFlush(batch.eventsOnly, promise: nil) }
-            }
+        for connection in open {
+            dropped += UInt64(connection.enqueue(batch))
         }
         if dropped > 0 {
             counters.withLock { $0.droppedFrames += dropped }
@@ -107,9 +108,10 @@ final class AudioSocketServer: Service, Sendable {
         }
     }
 
-    private func accept(_ channel: any Channel) {
+    private func accept(_ connection: RouterConnection) {
+        let channel = connection.channel
         let key = ObjectIdentifier(channel)
-        connections.withLock { $0[key] = channel }
+        connections.withLock { $0[key] = connection }
         counters.withLock { $0.accepted += 1 }
         logger.info("Router connected")
         channel.closeFuture.whenComplete { [self] _ in
