@@ -219,6 +219,41 @@ func milliseconds(_ duration: Duration) -> Double {
         socket.close()
     }
 
+    @Test func aResumeAfterTheStreamURLExpiredResolvesThePageAgain() async throws {
+        let harness = try EngineHarness()
+        let served = try TemporaryDirectory(prefix: "tonearm-www")
+        try Signal.steps(seconds: 20, into: served.path, name: "steps.mp3")
+        // A signed stream URL that expires in 30 s: within the engine's one-minute safety margin,
+        // so it counts as expired when the play resumes.
+        let expire = Int(Date().timeIntervalSince1970) + 30
+        try """
+        <!doctype html><html><head><title>Expiring</title></head>
+        <body><audio src="steps.mp3?expire=\(expire)"></audio></body></html>
+        """.write(toFile: served.path + "/page.html", atomically: true, encoding: .utf8)
+        let server = try MediaServer(root: served.path)
+        defer { server.stop() }
+        let socket = try await harness.start()
+        defer { Task { await harness.stop() } }
+        let s = "expiring"
+        #expect(try await harness.post("/session/\(s)/play", #"{"url":"\#(server.url("page.html"))"}"#).status == 202)
+        #expect(await eventually(timeout: .seconds(30)) { socket.packets(s).count >= 150 })
+        let paused = try await harness.post("/session/\(s)/pause")
+        let position = try #require(paused.json["position_ms"] as? Int)
+        try await Task.sleep(for: .milliseconds(300))
+        let mark = socket.count
+        #expect(try await harness.post("/session/\(s)/resume").status == 200)
+        #expect(await eventually(timeout: .seconds(30)) { socket.packets(s, from: mark).count >= 60 })
+        let log = try await HTTPClientText.get(server.url("requests"))
+        #expect(log.components(separatedBy: "/page.html").count - 1 == 2, "the page was not resolved again: \(log)")
+        // The play continues where it paused: the tone of that second (or the next).
+        let heard = try tone(of: Array(socket.packets(s, from: mark).prefix(50)).map(\.data), lastFrames: 20)
+        let second = position / 1000
+        let candidates = [second, second + 1].map { Signal.stepFrequency(second: $0) }
+        #expect(candidates.contains { abs($0 - heard) < 5 }, "paused at \(position) ms, heard \(heard) Hz after resume")
+        #expect(socket.firstEvent(s, .error) == nil)
+        socket.close()
+    }
+
     @Test func sessionLimitIdleCleanupAndRefusals() async throws {
         let harness = try EngineHarness(environment: ["TONEARM_MAX_SESSIONS": "3", "TONEARM_IDLE_TIMEOUT": "1", "TONEARM_ALLOW_PRIVATE_SOURCES": "0"])
         try MediaFixture.tone(440, seconds: 20, into: harness.media)

@@ -34,6 +34,8 @@ final class Playback: @unchecked Sendable {
         var volume = 100
         /// The source is resolved and may be opened (page URLs wait for yt-dlp).
         var source: ResolvedSource?
+        /// The stream URL expired: reopen the (re-resolved) source at this position.
+        var pendingReopenMS: Int64?
     }
 
     let sessionID: SessionID
@@ -60,7 +62,7 @@ final class Playback: @unchecked Sendable {
     func claimFill(refillAt: Int) -> Bool {
         outbox.withLock { box in
             guard !box.filling, !box.cancelled, box.source != nil,
-                box.pendingSeekMS != nil || (!box.ended && box.bufferedFrames <= refillAt)
+                box.pendingSeekMS != nil || box.pendingReopenMS != nil || (!box.ended && box.bufferedFrames <= refillAt)
             else { return false }
             box.filling = true
             return true
@@ -87,6 +89,29 @@ final class Playback: @unchecked Sendable {
         }
     }
 
+    /// The stream URL went stale during a long pause: drop what was encoded and wait for the
+    /// re-resolved source (`reopen(with:atMS:)`).
+    func invalidateSource() {
+        outbox.withLock { box in
+            box.items.removeAll(keepingCapacity: true)
+            box.bufferedFrames = 0
+            box.ended = false
+            box.generation += 1
+            box.source = nil
+        }
+    }
+
+    /// Continues the play from `position` on a freshly resolved source.
+    func reopen(with source: ResolvedSource, atMS position: Int64) {
+        outbox.withLock { box in
+            box.source = source
+            box.pendingReopenMS = position
+        }
+    }
+
+    /// The source the play is using (or will use).
+    var source: ResolvedSource? { outbox.withLock { $0.source } }
+
     func setVolume(_ volume: Int) {
         outbox.withLock { $0.volume = volume }
     }
@@ -95,6 +120,16 @@ final class Playback: @unchecked Sendable {
     /// until `lead` are buffered. Must be called holding the fill token; releases it.
     func fill(lead: Int, encoder configuration: OpusEncoderConfiguration, metrics: EngineMetrics) {
         defer { outbox.withLock { $0.filling = false } }
+        if let (source, position) = outbox.withLock({ box in box.pendingReopenMS.flatMap { p in box.source.map { ($0, p) } } }) {
+            pipeline = nil
+            do {
+                pipeline = try Pipeline(source: source, encoder: configuration, startMS: position, metrics: metrics)
+                outbox.withLock { $0.pendingReopenMS = nil }
+            } catch {
+                push(.end(.error, ControlError.wrap(error)), frames: 0, generation: nil)
+                return
+            }
+        }
         if pipeline == nil {
             guard let source = outbox.withLock({ $0.source }) else { return }
             do {
@@ -173,7 +208,7 @@ public struct FrameCounters: Sendable, Equatable, Codable {
 }
 
 extension Playback {
-    /// Ends the play with an error before it opened (yt-dlp could not resolve it).
+    /// Ends the play with an error that happened outside the pipeline (yt-dlp could not resolve it).
     func fail(_ error: any Error) {
         outbox.withLock { box in
             guard !box.cancelled, !box.ended else { return }

@@ -201,9 +201,30 @@ final class SessionManager: Sendable {
     }
 
     func resume(sessionID: SessionID) throws(ControlError) -> SessionInfo {
-        try transition(sessionID, .resume) { session, id in
-            WireEvent(type: .resumed, sessionID: id, playID: session.machine.playID, positionMS: session.positionMS)
+        var stale: (Playback, String, Int64)?
+        let info = try transition(sessionID, .resume) { session, id in
+            if let playback = session.playback, let source = playback.source, let page = source.pageURL,
+                let expiry = source.expiresAt, expiry.timeIntervalSinceNow < ResolutionCache.margin
+            {
+                playback.invalidateSource()
+                stale = (playback, page, session.positionMS)
+            }
+            return WireEvent(type: .resumed, sessionID: id, playID: session.machine.playID, positionMS: session.positionMS)
         }
+        if let (playback, page, position) = stale {
+            // A long pause outlived the signed stream URL: resolve the page again and carry on
+            // from the same position.
+            logger.info("stream URL expired; resolving again", metadata: ["session.id": "\(sessionID)"])
+            Task { [resolver] in
+                do {
+                    playback.reopen(with: try await resolver.resolvePage(page), atMS: position)
+                    self.schedule([playback], on: self.openers)
+                } catch {
+                    playback.fail(error)
+                }
+            }
+        }
+        return info
     }
 
     func seek(sessionID: SessionID, positionMS requested: Int64) throws(ControlError) -> SessionInfo {
