@@ -36,6 +36,14 @@ final class Playback: @unchecked Sendable {
         var source: ResolvedSource?
         /// The stream URL expired: reopen the (re-resolved) source at this position.
         var pendingReopenMS: Int64?
+
+        /// Drops what was encoded ahead; a frame a worker is encoding now is discarded on arrival.
+        mutating func discardEncoded() {
+            items.removeAll(keepingCapacity: true)
+            bufferedFrames = 0
+            ended = false
+            generation += 1
+        }
     }
 
     let sessionID: SessionID
@@ -81,10 +89,7 @@ final class Playback: @unchecked Sendable {
     /// Drops everything encoded ahead and asks the worker to seek (the control thread's side).
     func requestSeek(toMS position: Int64) {
         outbox.withLock { box in
-            box.items.removeAll(keepingCapacity: true)
-            box.bufferedFrames = 0
-            box.ended = false
-            box.generation += 1
+            box.discardEncoded()
             box.pendingSeekMS = position
         }
     }
@@ -93,10 +98,7 @@ final class Playback: @unchecked Sendable {
     /// re-resolved source (`reopen(with:atMS:)`).
     func invalidateSource() {
         outbox.withLock { box in
-            box.items.removeAll(keepingCapacity: true)
-            box.bufferedFrames = 0
-            box.ended = false
-            box.generation += 1
+            box.discardEncoded()
             box.source = nil
         }
     }
