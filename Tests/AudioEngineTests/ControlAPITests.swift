@@ -11,7 +11,9 @@ import WireProtocol
 @testable import AudioEngine
 
 @Suite struct ControlAPITests {
-    func withApp(_ body: @Sendable (any TestClientProtocol) async throws -> Void) async throws {
+    func withApp(
+        maxSessions: Int = 3, _ body: @Sendable (any TestClientProtocol) async throws -> Void
+    ) async throws {
         let directory = try TemporaryDirectory()
         try MediaFixture.tone(440, seconds: 1, into: directory.path)
         let workers = NIOThreadPool(numberOfThreads: 1)
@@ -20,7 +22,7 @@ import WireProtocol
         let resolver = SourceResolver(
             library: MediaLibrary(directory: directory.path), policy: NetworkPolicy(), ytdlp: YTDLP())
         var configuration = PlaybackConfiguration()
-        configuration.maxSessions = 3
+        configuration.maxSessions = maxSessions
         let manager = SessionManager(resolver: resolver, configuration: configuration, workers: workers, logger: logger)
         let router = Router()
         ControlAPI(manager: manager, socket: AudioSocketServer(path: directory.file("s.sock"), logger: logger), resolver: resolver)
@@ -122,10 +124,11 @@ import WireProtocol
         }
     }
 
-    @Test func theSessionLimitAnswers503() async throws {
-        try await ControlAPITests().withApp { client in
+    @Test func theSixtyFirstSessionAnswers503() async throws {
+        try await ControlAPITests().withApp(maxSessions: PlaybackConfiguration().maxSessions) { client in
             let play = ByteBuffer(string: #"{"url":"tone-440.mp3"}"#)
-            for id in ["a", "b", "c"] {
+            #expect(PlaybackConfiguration().maxSessions == 60)
+            for id in (1...58).map({ "s\($0)" }) + ["a", "b"] {
                 try await client.execute(uri: "/session/\(id)/play", method: .post, body: play) { #expect($0.status == .accepted) }
             }
             try await client.execute(uri: "/session/d/play", method: .post, body: play) { response in
