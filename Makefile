@@ -4,7 +4,7 @@
 
 SHELL := /bin/bash
 APT_PACKAGES := pkg-config libopus-dev libavcodec-dev libavformat-dev libswresample-dev libavutil-dev \
-                ffmpeg opus-tools
+                ffmpeg opus-tools python3
 PIP_PACKAGES := yt-dlp==2026.10.26
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_MEDIA ?= $(CURDIR)/demo-media
