@@ -81,6 +81,20 @@ final class Playback: @unchecked Sendable {
         outbox.withLock { $0.cancelled = true }
     }
 
+    /// Closes the source of a cancelled or ended play (FFmpeg contexts, the read-ahead thread).
+    /// Call on a thread that may block; if a worker holds the pipeline, it closes it instead.
+    func close() {
+        let owned = outbox.withLock { box -> Bool in
+            guard !box.filling else { return false }
+            box.filling = true
+            box.cancelled = true
+            return true
+        }
+        guard owned else { return }
+        pipeline = nil
+        outbox.withLock { $0.filling = false }
+    }
+
     /// Hands over a source resolved after the play started (a page URL through yt-dlp).
     func provide(_ source: ResolvedSource) {
         outbox.withLock { $0.source = source }
@@ -121,7 +135,11 @@ final class Playback: @unchecked Sendable {
     /// Worker side: opens the pipeline if needed, carries out a pending seek, and encodes frames
     /// until `lead` are buffered. Must be called holding the fill token; releases it.
     func fill(lead: Int, encoder configuration: OpusEncoderConfiguration, metrics: EngineMetrics) {
-        defer { outbox.withLock { $0.filling = false } }
+        defer {
+            // A cancelled play closes its source here, on a worker thread, never on the pacer's.
+            if outbox.withLock({ $0.cancelled }) { pipeline = nil }
+            outbox.withLock { $0.filling = false }
+        }
         if let (source, position) = outbox.withLock({ box in box.pendingReopenMS.flatMap { p in box.source.map { ($0, p) } } }) {
             pipeline = nil
             do {

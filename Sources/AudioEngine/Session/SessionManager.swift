@@ -124,6 +124,7 @@ final class SessionManager: Sendable {
         let plan = try resolver.plan(url)
         var ready: ResolvedSource?
         if case .ready(let source) = plan { ready = source }
+        var replaced: Playback?
         let playback = try state.withLock { state throws(ControlError) -> Playback in
             let active = state.sessions.reduce(0) { $0 + ($1.value.machine.hasActivePlay && $1.key != sessionID ? 1 : 0) }
             guard active < configuration.maxSessions else {
@@ -141,6 +142,7 @@ final class SessionManager: Sendable {
                 session.playback?.cancel()
                 state.pendingEvents.append(Self.finished(sessionID, replacing, .replaced))
             }
+            replaced = session.playback
             session.playback = playback
             session.url = url
             session.metadata = ready?.metadata
@@ -154,6 +156,7 @@ final class SessionManager: Sendable {
             state.sessions[sessionID] = session
             return playback
         }
+        retire([replaced].compactMap { $0 })
         logger.info("play", metadata: ["session.id": "\(sessionID)", "play.id": "\(playback.playID)", "url": "\(url)"])
         if case .page(let page) = plan {
             Task { [resolver] in
@@ -179,17 +182,20 @@ final class SessionManager: Sendable {
     /// Stops the session's play, if any. Idempotent; returns whether something was stopped.
     @discardableResult
     func stop(sessionID: SessionID) -> Bool {
+        var retired: Playback?
         let stopped = state.withLock { state -> UInt64? in
             guard var session = state.sessions[sessionID],
                 case .stop(let playID) = session.machine.handle(.stop)
             else { return nil }
             session.playback?.cancel()
+            retired = session.playback
             session.playback = nil
             session.lastChange = .now
             state.sessions[sessionID] = session
             state.pendingEvents.append(Self.finished(sessionID, playID, .stopped))
             return playID
         }
+        retire([retired].compactMap { $0 })
         if let stopped { logger.info("stop", metadata: ["session.id": "\(sessionID)", "play.id": "\(stopped)"]) }
         return stopped != nil
     }
@@ -292,6 +298,7 @@ final class SessionManager: Sendable {
     /// ticks as deficit, and removes idle sessions. Called from the pacer thread only.
     func collectTick(into batch: inout TickBatch, lateTicks: UInt64) {
         var refill: [Playback] = []
+        var retired: [Playback] = []
         let refillAt = max(configuration.leadFrames - 1, 0)
         state.withLock { state in
             for event in state.pendingEvents { batch.append(event) }
@@ -303,7 +310,9 @@ final class SessionManager: Sendable {
                 guard let playback = state.sessions.values[index].playback else { continue }
                 let counted = drain(id, playback, &state.sessions.values[index], into: &batch, lateTicks: lateTicks)
                 tickTotals.add(counted)
-                if state.sessions.values[index].playback != nil && playback.claimFill(refillAt: refillAt) {
+                if state.sessions.values[index].playback == nil {
+                    retired.append(playback)
+                } else if playback.claimFill(refillAt: refillAt) {
                     refill.append(playback)
                 }
             }
@@ -311,9 +320,10 @@ final class SessionManager: Sendable {
             if tickTotals.sent > 0 { metrics.framesSent.increment(by: Int64(tickTotals.sent)) }
             if tickTotals.nulled > 0 { metrics.framesNulled.increment(by: Int64(tickTotals.nulled)) }
             if tickTotals.deficit > 0 { metrics.framesDeficit.increment(by: Int64(tickTotals.deficit)) }
-            if state.ticks % 50 == 0 { removeIdle(&state, into: &batch) }
+            if state.ticks % 50 == 0 { removeIdle(&state, into: &batch, retired: &retired) }
         }
         schedule(refill, on: workers, claimed: true)
+        retire(retired)
     }
 
     /// Moves the leading markers and at most one frame of `playback` into the batch.
@@ -386,7 +396,7 @@ final class SessionManager: Sendable {
         return counted
     }
 
-    private func removeIdle(_ state: inout State, into batch: inout TickBatch) {
+    private func removeIdle(_ state: inout State, into batch: inout TickBatch, retired: inout [Playback]) {
         let now = ContinuousClock.now
         var removed: [SessionID] = []
         for index in state.sessions.indices {
@@ -395,6 +405,7 @@ final class SessionManager: Sendable {
             guard case .remove(let playID) = state.sessions.values[index].machine.handle(.idleTimeout) else { continue }
             if let playID {
                 state.sessions.values[index].playback?.cancel()
+                if let playback = state.sessions.values[index].playback { retired.append(playback) }
                 batch.append(Self.finished(id, playID, .cleanup))
             }
             removed.append(id)
@@ -406,6 +417,15 @@ final class SessionManager: Sendable {
     }
 
     // MARK: Helpers
+
+    /// Closes ended plays' sources on an opener thread: closing (FFmpeg, the read-ahead thread)
+    /// can block, and must never happen on the pacer thread or an event loop.
+    private func retire(_ playbacks: [Playback]) {
+        guard !playbacks.isEmpty else { return }
+        openers.submit { _ in
+            for playback in playbacks { playback.close() }
+        }
+    }
 
     /// Runs fill jobs on a thread pool (never on Swift's cooperative pool: they block in C).
     private func schedule(_ playbacks: [Playback], on pool: NIOThreadPool, claimed: Bool = false) {

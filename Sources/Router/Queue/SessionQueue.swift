@@ -1,0 +1,245 @@
+// One session's queue as a value: tracks, the current index, loop mode, volume, and the
+// generation that makes it race-free. Every user action that changes what plays, and every
+// auto-advance, starts a new generation; a result that arrives for an older generation (a late
+// `ready`, a late `finished`, a resolve that completed after the user moved on) is dropped.
+// Inputs return the action the Router carries out; nothing here does I/O.
+
+/// A track in a queue.
+struct Track: Sendable, Equatable, Codable {
+    var url: String
+    var title: String?
+    var durationMS: Int64?
+    var thumbnail: String?
+
+    init(url: String, title: String? = nil, durationMS: Int64? = nil, thumbnail: String? = nil) {
+        self.url = url
+        self.title = title
+        self.durationMS = durationMS
+        self.thumbnail = thumbnail
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case url, title, thumbnail
+        case durationMS = "duration_ms"
+    }
+}
+
+/// What happens when a track ends.
+enum LoopMode: String, Sendable, Codable, CaseIterable {
+    /// Advance; stop after the last track.
+    case off
+    /// Play the same track again.
+    case track
+    /// Advance; after the last track start over at the first.
+    case queue
+}
+
+/// The queue of one session and the rules for changing it.
+struct SessionQueue: Sendable, Equatable, Codable {
+    enum Playback: Sendable, Equatable, Codable {
+        case idle
+        /// Asked the engine to play the current track for this generation; no `ready` yet.
+        case starting
+        case playing
+        case paused
+    }
+
+    enum Input: Equatable {
+        case playNow(Track)
+        case enqueue([Track])
+        case remove(index: Int)
+        case clear
+        case jump(index: Int)
+        case next
+        /// `positionMS` is where the current track is; past 3 s `previous` restarts it.
+        case previous(positionMS: Int64)
+        case stop
+        case pause
+        case resume
+        case setLoop(LoopMode)
+        /// Shuffles the tracks after the current one with the given permutation source.
+        case shuffle(seed: UInt64)
+        /// The engine's play for `generation` is ready.
+        case ready(generation: UInt64)
+        /// The engine's play for `generation` ended.
+        case finished(generation: UInt64, reason: EndReason)
+    }
+
+    /// The part of the engine's `finished` reason that matters to a queue.
+    enum EndReason: Equatable {
+        /// The track played to its end: advance according to the loop mode.
+        case finished
+        /// The track failed: tell the clients, then move on so one bad track does not stall.
+        case error
+        /// Stopped, replaced or cleaned up: never advance.
+        case other
+    }
+
+    enum Action: Equatable {
+        /// Ask the engine to play `track` for `generation` (it replaces whatever plays).
+        case play(Track, generation: UInt64)
+        /// Ask the engine to stop the session.
+        case stop
+        case pause
+        case resume
+        /// Only the stored queue changed (tell clients, persist).
+        case updated
+        /// An input from an older generation, or one that changes nothing.
+        case none
+        /// The input is not allowed now: 409 (or 400 for a bad index) with this reason.
+        case refuse(Refusal)
+    }
+
+    enum Refusal: Equatable {
+        case badIndex(String)
+        case invalidState(String)
+    }
+
+    private(set) var tracks: [Track] = []
+    /// Index of the current track, if any.
+    private(set) var current: Int?
+    private(set) var loop: LoopMode = .off
+    private(set) var generation: UInt64 = 0
+    private(set) var playback: Playback = .idle
+
+    init() {}
+
+    var currentTrack: Track? { current.map { tracks[$0] } }
+
+    mutating func handle(_ input: Input) -> Action {
+        switch input {
+        case .playNow(let track):
+            // Play now inserts after the current track (or at the end) and plays it.
+            let index = current.map { $0 + 1 } ?? tracks.count
+            tracks.insert(track, at: index)
+            return start(at: index)
+
+        case .enqueue(let added):
+            guard !added.isEmpty else { return .none }
+            tracks.append(contentsOf: added)
+            // An idle queue starts playing what was added.
+            if playback == .idle { return start(at: tracks.count - added.count) }
+            return .updated
+
+        case .remove(let index):
+            guard tracks.indices.contains(index) else { return .refuse(.badIndex(Self.range(index, tracks.count))) }
+            tracks.remove(at: index)
+            guard let playing = current else { return .updated }
+            if index < playing {
+                current = playing - 1
+                return .updated
+            }
+            if index > playing { return .updated }
+            // The current track was removed: play what took its place, or stop at the end.
+            if tracks.indices.contains(index) { return start(at: index) }
+            return stopAll(keepIndex: false)
+
+        case .clear:
+            tracks.removeAll()
+            return stopAll(keepIndex: false)
+
+        case .jump(let index):
+            guard tracks.indices.contains(index) else { return .refuse(.badIndex(Self.range(index, tracks.count))) }
+            return start(at: index)
+
+        case .next:
+            guard let playing = current else {
+                return tracks.isEmpty ? .refuse(.invalidState("the queue is empty")) : start(at: 0)
+            }
+            if playing + 1 < tracks.count { return start(at: playing + 1) }
+            if loop == .queue { return start(at: 0) }
+            return .refuse(.invalidState("this is the last track; add more or set loop to \"queue\""))
+
+        case .previous(let position):
+            guard let playing = current else { return .refuse(.invalidState("nothing is playing")) }
+            // More than 3 s in: start this track again, as every player does.
+            if position > 3_000 { return start(at: playing) }
+            if playing > 0 { return start(at: playing - 1) }
+            // At the first track: wrap around when looping the queue, else restart it.
+            return start(at: loop == .queue ? tracks.count - 1 : playing)
+
+        case .stop:
+            guard playback != .idle else { return .none }
+            return stopAll(keepIndex: true)
+
+        case .pause:
+            guard playback == .playing else {
+                return .refuse(.invalidState(playback == .paused ? "already paused" : "nothing is playing"))
+            }
+            playback = .paused
+            return .pause
+
+        case .resume:
+            guard playback == .paused else {
+                return .refuse(.invalidState(playback == .playing ? "already playing" : "nothing is paused"))
+            }
+            playback = .playing
+            return .resume
+
+        case .setLoop(let mode):
+            loop = mode
+            return .updated
+
+        case .shuffle(let seed):
+            let start = (current ?? -1) + 1
+            guard tracks.count - start > 1 else { return .none }
+            var generator = SeededGenerator(seed: seed)
+            tracks[start...].shuffle(using: &generator)
+            return .updated
+
+        case .ready(let generation):
+            guard generation == self.generation, playback == .starting else { return .none }
+            playback = .playing
+            return .updated
+
+        case .finished(let generation, let reason):
+            guard generation == self.generation, playback != .idle, let playing = current else { return .none }
+            switch reason {
+            case .other:
+                playback = .idle
+                return .updated
+            case .finished, .error:
+                // Loop a track only when it played; a failing track moves on instead of repeating.
+                if reason == .finished && loop == .track { return start(at: playing) }
+                if playing + 1 < tracks.count { return start(at: playing + 1) }
+                if loop == .queue && !tracks.isEmpty { return start(at: 0) }
+                return stopAll(keepIndex: true, tellEngine: false)
+            }
+        }
+    }
+
+    /// Makes `index` current and asks for it in a new generation.
+    private mutating func start(at index: Int) -> Action {
+        current = index
+        generation += 1
+        playback = .starting
+        return .play(tracks[index], generation: generation)
+    }
+
+    private mutating func stopAll(keepIndex: Bool, tellEngine: Bool = true) -> Action {
+        let wasActive = playback != .idle
+        generation += 1
+        playback = .idle
+        if !keepIndex || (current.map { !tracks.indices.contains($0) } ?? false) { current = nil }
+        return wasActive && tellEngine ? .stop : .updated
+    }
+
+    private static func range(_ index: Int, _ count: Int) -> String {
+        count == 0
+            ? "index \(index) does not exist: the queue is empty"
+            : "index \(index) does not exist: the queue has positions 0 to \(count - 1)"
+    }
+}
+
+/// A small deterministic generator, so a shuffle can be replayed in tests.
+struct SeededGenerator: RandomNumberGenerator {
+    private var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}

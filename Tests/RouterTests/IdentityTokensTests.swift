@@ -1,0 +1,51 @@
+import Foundation
+import TestSupport
+import Testing
+import WireProtocol
+
+@testable import Router
+
+@Suite struct IdentityTokensTests {
+    let tokens = IdentityTokens(secret: Data("a test secret of enough length!!".utf8))
+
+    @Test func anIssuedTokenGrantsItsOwnSessionOnly() throws {
+        let identity = tokens.issue()
+        #expect(identity.sessionID.count == 19)
+        let digits = identity.sessionID.description.allSatisfy { $0.isNumber }
+        #expect(digits)
+        #expect(tokens.verify(identity.token) == identity.sessionID)
+        let other = tokens.issue()
+        #expect(other.sessionID != identity.sessionID)
+        #expect(tokens.verify(other.token) == other.sessionID)
+    }
+
+    @Test func forgedOrDamagedTokensAreRejected() throws {
+        let identity = tokens.issue()
+        let parts = identity.token.split(separator: ".").map(String.init)
+        let otherSession = "v1.1234567890123456789.\(parts[2])"
+        let otherSecret = IdentityTokens(secret: Data("another secret, also long enough".utf8))
+        for bad in [
+            "", "garbage", otherSession, otherSecret.token(for: identity.sessionID), identity.token + "x",
+            "v2.\(parts[1]).\(parts[2])", "v1.\(parts[1])", "v1.has space.\(parts[2])",
+        ] {
+            #expect(tokens.verify(bad) == nil, "accepted \(bad)")
+        }
+    }
+
+    @Test func theSecretIsGeneratedOnceAndKept() throws {
+        let directory = try TemporaryDirectory()
+        let first = try IdentityTokens.secret(configured: nil, directory: directory.file("data"))
+        let second = try IdentityTokens.secret(configured: nil, directory: directory.file("data"))
+        #expect(first.count == 32 && first == second)
+        let attributes = try FileManager.default.attributesOfItem(atPath: directory.file("data/token-secret"))
+        #expect((attributes[.posixPermissions] as? Int) == 0o600)
+        #expect(try IdentityTokens.secret(configured: "configured", directory: directory.path) == Data("configured".utf8))
+    }
+
+    @Test func snowflakesHaveNineteenDigitsAndGrowWithTime() {
+        let early = IdentityTokens.snowflake(now: Date(timeIntervalSince1970: 1_700_000_000))
+        let later = IdentityTokens.snowflake(now: Date(timeIntervalSince1970: 1_800_000_000))
+        #expect(early.count == 19 && later.count == 19)
+        #expect(UInt64(early.description)! < UInt64(later.description)!)
+    }
+}
