@@ -12,6 +12,12 @@ struct RouterConfiguration: Sendable {
     var engineURL = "http://127.0.0.1:8180"
     /// Frames a client may lag before its oldest are dropped (50 = 1 s).
     var clientBufferFrames = 50
+    /// Where the Router keeps its files (the generated token secret; later the SQLite database).
+    var dataDirectory = "./data"
+    /// Signs browser identity tokens; generated and kept in `dataDirectory` when not set.
+    var tokenSecret: String?
+    /// Lets bots use any (guild) session.
+    var botToken: String?
 
     init() {}
 
@@ -24,6 +30,9 @@ struct RouterConfiguration: Sendable {
             self.port = port
         }
         if let value = environment["TONEARM_SOCKET"] { socketPath = value }
+        if let value = environment["TONEARM_DATA_DIR"] { dataDirectory = value }
+        if let value = environment["TONEARM_TOKEN_SECRET"], !value.isEmpty { tokenSecret = value }
+        if let value = environment["TONEARM_BOT_TOKEN"], !value.isEmpty { botToken = value }
         if let value = environment["TONEARM_ENGINE_URL"] {
             engineURL = value
         } else if let port = environment["TONEARM_ENGINE_PORT"] {

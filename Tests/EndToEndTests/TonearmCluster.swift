@@ -35,7 +35,7 @@ final class TonearmCluster: @unchecked Sendable {
         [
             "TONEARM_SOCKET": socketPath, "TONEARM_ENGINE_PORT": "\(enginePort)", "TONEARM_MEDIA_DIR": mediaDirectory,
             "TONEARM_ROUTER_HOST": "127.0.0.1", "TONEARM_ROUTER_PORT": "\(routerPort)",
-            "TONEARM_ENGINE_URL": "http://127.0.0.1:\(enginePort)",
+            "TONEARM_ENGINE_URL": "http://127.0.0.1:\(enginePort)", "TONEARM_DATA_DIR": directory.file("data"),
         ]
     }
 

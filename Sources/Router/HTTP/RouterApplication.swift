@@ -12,6 +12,7 @@ struct RouterApplication {
     let store: SessionStore
     let link: EngineLink
     let engine: EngineClient
+    let access: AccessControl
     let startedAt = Date()
 
     struct Health: ResponseEncodable {
@@ -76,6 +77,18 @@ struct RouterApplication {
                 framesRouted: counters.framesRouted, unknownSessionFrames: counters.unknownSessionFrames,
                 slowClientDrops: counters.slowClientDrops)
         }
+        router.post("/api/identity") { _, _ -> Identity in
+            access.tokens.issue()
+        }
+        router.get("/listen/:file") { request, context -> Response in
+            let file = context.parameters.get("file") ?? ""
+            guard file.hasSuffix(".ogg") else {
+                throw APIError(status: .notFound, code: "not_found", message: "listen at /listen/{session id}.ogg")
+            }
+            let id = try Self.sessionID(query: String(file.dropLast(4)))
+            try access.authorize(request, for: id)
+            return listen(to: id)
+        }
         router.ws("/ws") { request, _ in
             _ = try Self.sessionID(query: request.uri.queryParameters["session"].map(String.init))
             return .upgrade([:])
@@ -85,6 +98,26 @@ struct RouterApplication {
             try await stream(store.subscribe(id), inbound: inbound, outbound: outbound)
         }
         return router
+    }
+
+    /// The session as an endless Ogg Opus stream, for as long as the listener stays.
+    private func listen(to id: SessionID) -> Response {
+        let subscription = store.subscribe(id)
+        let title = store.findBySessionId(id)?.lastEvent?.title
+        var headers = HTTPFields()
+        headers[.contentType] = "audio/ogg"
+        headers[.cacheControl] = "no-store"
+        return Response(
+            status: .ok, headers: headers,
+            body: ResponseBody { [store] writer in
+                defer { store.unsubscribe(subscription.sessionID, token: subscription.token) }
+                var ogg = OggOpusWriter()
+                try await writer.write(ogg.headers(title: title))
+                for await message in subscription.messages {
+                    if case .audio(let packet) = message { try await writer.write(ogg.page(for: packet)) }
+                }
+                try await writer.finish(nil)
+            })
     }
 
     /// Writes the subscription to the socket until either side ends.

@@ -1,0 +1,43 @@
+// Who may hear and control which session: a browser token names exactly one session; the bot
+// token may use any (guild) session. Tokens come as `Authorization: Bearer …` or `?token=` (for
+// clients that cannot set headers, such as <audio> elements).
+import Hummingbird
+import HTTPTypes
+import WireProtocol
+
+/// Checks requests against identity tokens and the bot token.
+struct AccessControl: Sendable {
+    let tokens: IdentityTokens
+    let botToken: String?
+
+    /// Throws 401 without a valid token, 403 when the token is for another session.
+    func authorize(_ request: Request, for session: SessionID) throws(APIError) {
+        guard let token = Self.token(in: request) else {
+            throw APIError(
+                status: .unauthorized, code: "unauthorized",
+                message: "a token is required: get one from POST /api/identity and send it as ?token= or Authorization: Bearer")
+        }
+        if let botToken, Self.constantTimeEqual(token, botToken) { return }
+        guard let granted = tokens.verify(token) else {
+            throw APIError(status: .unauthorized, code: "unauthorized", message: "the token is not valid")
+        }
+        guard granted == session else {
+            throw APIError(status: .forbidden, code: "forbidden", message: "this token belongs to another session")
+        }
+    }
+
+    static func token(in request: Request) -> String? {
+        if let header = request.headers[.authorization], header.hasPrefix("Bearer ") {
+            return String(header.dropFirst("Bearer ".count))
+        }
+        return request.uri.queryParameters["token"].map(String.init).flatMap { $0.isEmpty ? nil : $0 }
+    }
+
+    private static func constantTimeEqual(_ a: String, _ b: String) -> Bool {
+        let x = Array(a.utf8), y = Array(b.utf8)
+        guard x.count == y.count else { return false }
+        return zip(x, y).reduce(0) { $0 | ($1.0 ^ $1.1) } == 0
+    }
+}
+
+extension Identity: ResponseEncodable {}

@@ -1,0 +1,81 @@
+// Ogg listening through the real binaries: a token from /api/identity, the live session as Ogg
+// Opus, decoded by the ffmpeg command line; 401 without a token, 403 with another session's.
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import NIOHTTP1
+import TestSupport
+import Testing
+
+@Suite(.serialized, .timeLimit(.minutes(2))) struct ListenEndToEndTests {
+    struct IdentityReply: Decodable {
+        var token: String
+        var session_id: String
+    }
+
+    func identity(_ cluster: TonearmCluster) async throws -> IdentityReply {
+        let reply = try await cluster.post(cluster.routerURL + "/api/identity")
+        #expect(reply.status == 200)
+        return try JSONDecoder().decode(IdentityReply.self, from: Data(reply.body.utf8))
+    }
+
+    func status(_ url: String) async throws -> Int {
+        let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: url), timeout: .seconds(5))
+        return Int(response.status.code)
+    }
+
+    @Test func aListenerJoiningMidStreamGetsPlayableOggOpus() async throws {
+        let cluster = try TonearmCluster(tones: [440], seconds: 20)
+        try cluster.startEngine()
+        try cluster.startRouter()
+        defer { Task { [cluster] in await cluster.stop() } }
+        #expect(await eventually(timeout: .seconds(20)) { await cluster.routerLinkUp() })
+        let me = try await identity(cluster)
+        let someoneElse = try await identity(cluster)
+        #expect(me.session_id.count == 19 && me.session_id != someoneElse.session_id)
+        #expect(try await cluster.play(me.session_id, "tone-440.mp3").status == 202)
+        try await Task.sleep(for: .seconds(1))
+
+        let listen = cluster.routerURL + "/listen/\(me.session_id).ogg"
+        #expect(try await status(listen) == 401)
+        #expect(try await status(listen + "?token=garbage") == 401)
+        #expect(try await status(listen + "?token=\(someoneElse.token)") == 403)
+
+        // Join mid-stream and keep 3 s of what arrives.
+        let response = try await HTTPClient.shared.execute(
+            HTTPClientRequest(url: listen + "?token=\(me.token)"), timeout: .seconds(30))
+        #expect(response.status == .ok)
+        #expect(response.headers.first(name: "Content-Type") == "audio/ogg")
+        var bytes = Data()
+        let started = ContinuousClock.now
+        for try await chunk in response.body {
+            bytes.append(contentsOf: chunk.readableBytesView)
+            if ContinuousClock.now - started > .seconds(3) { break }
+        }
+        let file = cluster.directory.file("listen.ogg")
+        try bytes.write(to: URL(fileURLWithPath: file))
+        #expect(bytes.prefix(4) == Data("OggS".utf8))
+
+        // opusinfo (opus-tools) checks the headers and every page's CRC and sequence number.
+        let info = Process()
+        info.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        info.arguments = ["opusinfo", file]
+        let output = Pipe()
+        info.standardOutput = output
+        info.standardError = output
+        try info.run()
+        let report = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        info.waitUntilExit()
+        #expect(report.contains("Channels: 2"), "\(report)")
+        for problem in ["CRC", "corrupt", "hole in data", "Invalid", "sequence"] {
+            #expect(!report.contains(problem), "opusinfo: \(report)")
+        }
+        // The ffmpeg command line decodes it to the right tone.
+        let pcm = cluster.directory.file("listen.f32")
+        try MediaFixture.ffmpeg(["-i", file, "-f", "f32le", "-ac", "1", "-ar", "48000", pcm])
+        let samples = try Data(contentsOf: URL(fileURLWithPath: pcm)).withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
+        #expect(samples.count >= 48_000 * 2, "only \(samples.count) samples decoded")
+        let heard = Spectrum.dominantFrequency(Array(samples.suffix(48_000)))
+        #expect(abs(heard - 440) < 5, "heard \(heard) Hz")
+    }
+}
