@@ -24,6 +24,36 @@ import Testing
         return Int(response.status.code)
     }
 
+    @Test func aBrowserTokenControlsAndHearsOnlyItsOwnSession() async throws {
+        let cluster = try TonearmCluster(tones: [440], seconds: 10)
+        try cluster.startEngine()
+        try cluster.startRouter()
+        defer { Task { [cluster] in await cluster.stop() } }
+        #expect(await eventually(timeout: .seconds(20)) { await cluster.routerLinkUp() })
+        let me = try await identity(cluster)
+        let other = try await identity(cluster)
+        let unauthorized = try await cluster.play(me.session_id, "tone-440.mp3", token: nil)
+        #expect(unauthorized.status == 401)
+        #expect(unauthorized.body.contains(#""code":"unauthorized""#))
+        #expect(try await cluster.play(me.session_id, "tone-440.mp3", token: "v1.\(me.session_id).forged").status == 401)
+        let forbidden = try await cluster.play(me.session_id, "tone-440.mp3", token: other.token)
+        #expect(forbidden.status == 403)
+        #expect(forbidden.body.contains(#""code":"forbidden""#))
+        // The user's own token: the WebSocket needs no session id, the token names it.
+        let mine = SessionListener(session: me.session_id, routerPort: cluster.routerPort, token: me.token)
+        let spy = SessionListener(session: me.session_id, routerPort: cluster.routerPort, token: other.token)
+        #expect(await eventually { mine.isConnected })
+        #expect(try await cluster.play(me.session_id, "tone-440.mp3", token: me.token).status == 202)
+        #expect(await eventually(timeout: .seconds(5)) { mine.audio().count >= 50 })
+        // Another user's socket hears nothing of it; a socket with a bad token is refused.
+        #expect(spy.audio().isEmpty)
+        let refused = SessionListener(session: me.session_id, routerPort: cluster.routerPort, token: "garbage")
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(!refused.isConnected && refused.audio().isEmpty)
+        mine.close()
+        spy.close()
+    }
+
     @Test func aListenerJoiningMidStreamGetsPlayableOggOpus() async throws {
         let cluster = try TonearmCluster(tones: [440], seconds: 20)
         try cluster.startEngine()

@@ -36,6 +36,7 @@ final class TonearmCluster: @unchecked Sendable {
             "TONEARM_SOCKET": socketPath, "TONEARM_ENGINE_PORT": "\(enginePort)", "TONEARM_MEDIA_DIR": mediaDirectory,
             "TONEARM_ROUTER_HOST": "127.0.0.1", "TONEARM_ROUTER_PORT": "\(routerPort)",
             "TONEARM_ENGINE_URL": "http://127.0.0.1:\(enginePort)", "TONEARM_DATA_DIR": directory.file("data"),
+            "TONEARM_BOT_TOKEN": Self.botToken,
         ]
     }
 
@@ -52,14 +53,20 @@ final class TonearmCluster: @unchecked Sendable {
         await engine?.terminate()
     }
 
+    /// The bot token the tests use to reach any session.
+    static let botToken = "test-bot-token"
+
     var routerURL: String { "http://127.0.0.1:\(routerPort)" }
     var engineURL: String { "http://127.0.0.1:\(enginePort)" }
 
-    /// POSTs JSON and returns the status and body.
-    func post(_ url: String, _ json: String? = nil) async throws -> (status: Int, body: String) {
+    /// POSTs JSON (with the bot token unless another `token` is given) and returns the status and body.
+    func post(_ url: String, _ json: String? = nil, token: String? = TonearmCluster.botToken) async throws -> (
+        status: Int, body: String
+    ) {
         var request = HTTPClientRequest(url: url)
         request.method = .POST
         request.headers.add(name: "Content-Type", value: "application/json")
+        if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
         if let json { request.body = .bytes(ByteBuffer(string: json)) }
         let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
         let body = try await response.body.collect(upTo: 1 << 20)
@@ -80,8 +87,10 @@ final class TonearmCluster: @unchecked Sendable {
         return engine["connected"] as? Bool == true
     }
 
-    func play(_ session: String, _ url: String) async throws -> (status: Int, body: String) {
-        try await post(routerURL + "/api/sessions/\(session)/play", #"{"url":"\#(url)"}"#)
+    func play(_ session: String, _ url: String, token: String? = TonearmCluster.botToken) async throws -> (
+        status: Int, body: String
+    ) {
+        try await post(routerURL + "/api/sessions/\(session)/play", #"{"url":"\#(url)"}"#, token: token)
     }
 
     func stopSession(_ session: String) async throws -> (status: Int, body: String) {
@@ -105,9 +114,12 @@ final class SessionListener: Sendable {
     private let connected = Atomic<Bool>(false)
     private let task = Mutex<Task<Void, Never>?>(nil)
 
-    init(session: String, routerPort: Int) {
+    /// Listens to `session` with the bot token, or with a browser `token` (which names its session).
+    init(session: String, routerPort: Int, token: String? = nil) {
         self.session = session
-        let url = "ws://127.0.0.1:\(routerPort)/ws?session=\(session)"
+        let url =
+            token.map { "ws://127.0.0.1:\(routerPort)/ws?token=\($0)" }
+            ?? "ws://127.0.0.1:\(routerPort)/ws?session=\(session)&token=\(TonearmCluster.botToken)"
         let handle = Task { [self] in
             _ = try? await WebSocketClient.connect(url: url, logger: Logger(label: "listener")) { inbound, _, _ in
                 self.connected.store(true, ordering: .relaxed)

@@ -54,14 +54,16 @@ struct RouterApplication {
         }
         router.post("/api/sessions/:id/play") { request, context -> Response in
             let id = try Self.sessionID(context)
+            try access.authorize(request, for: id)
             var request = request
             let body = try await request.collectBody(upTo: 64 * 1024)
             try requireEngine()
             store.register(id)
             return Self.relay(try await engine.play(id, body: body))
         }
-        router.post("/api/sessions/:id/stop") { _, context -> Response in
+        router.post("/api/sessions/:id/stop") { request, context -> Response in
             let id = try Self.sessionID(context)
+            try access.authorize(request, for: id)
             try requireEngine()
             return Self.relay(try await engine.stop(id))
         }
@@ -90,11 +92,10 @@ struct RouterApplication {
             return listen(to: id)
         }
         router.ws("/ws") { request, _ in
-            _ = try Self.sessionID(query: request.uri.queryParameters["session"].map(String.init))
+            _ = try access.webSocketSession(request)
             return .upgrade([:])
         } onUpgrade: { inbound, outbound, context in
-            let raw = context.request.uri.queryParameters["session"].map(String.init)
-            let id = try Self.sessionID(query: raw)
+            let id = try access.webSocketSession(context.request)
             try await stream(store.subscribe(id), inbound: inbound, outbound: outbound)
         }
         return router

@@ -26,6 +26,18 @@ struct AccessControl: Sendable {
         }
     }
 
+    /// The session a WebSocket subscribes to: the one a browser token names, or with the bot
+    /// token the `session` query parameter (a guild id).
+    func webSocketSession(_ request: Request) throws(APIError) -> SessionID {
+        let named = request.uri.queryParameters["session"].map(String.init)
+        if let token = Self.token(in: request), let granted = tokens.verify(token), named == nil {
+            return granted
+        }
+        let id = try RouterApplication.sessionID(query: named)
+        try authorize(request, for: id)
+        return id
+    }
+
     static func token(in request: Request) -> String? {
         if let header = request.headers[.authorization], header.hasPrefix("Bearer ") {
             return String(header.dropFirst("Bearer ".count))

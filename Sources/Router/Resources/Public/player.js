@@ -3,8 +3,16 @@
 
 const $ = (id) => document.getElementById(id);
 const sessionInput = $("session");
-sessionInput.value = localStorage.getItem("tonearm.session") ||
-  String(Date.now()) + String(Math.floor(Math.random() * 1e6)).padStart(6, "0");
+let identity = JSON.parse(localStorage.getItem("tonearm.identity") || "null");
+
+// One anonymous identity per browser profile: every tab of this user shares its session.
+async function ensureIdentity() {
+  if (identity) return identity;
+  const response = await fetch("/api/identity", { method: "POST" });
+  identity = await response.json();
+  localStorage.setItem("tonearm.identity", JSON.stringify(identity));
+  return identity;
+}
 
 const START_BUFFER_S = 0.12; // start after ~120 ms buffered
 let audio, decoder, socket, playhead = 0, timestamp = 0;
@@ -62,13 +70,12 @@ function schedule(data) {
   playhead += buffer.duration;
 }
 
-function connect() {
-  const id = sessionInput.value.trim();
-  if (!id) return;
-  localStorage.setItem("tonearm.session", id);
-  if (socket) socket.close();
+async function connect() {
+  const { token, session_id: id } = await ensureIdentity();
+  sessionInput.value = id;
+  if (socket) { socket.onclose = null; socket.close(); }
   const scheme = location.protocol === "https:" ? "wss" : "ws";
-  socket = new WebSocket(`${scheme}://${location.host}/ws?session=${encodeURIComponent(id)}`);
+  socket = new WebSocket(`${scheme}://${location.host}/ws?token=${encodeURIComponent(token)}`);
   socket.binaryType = "arraybuffer";
   socket.onopen = () => setStatus(`Connected to session ${id}.`);
   socket.onclose = () => { setStatus("Disconnected; reconnecting…"); setTimeout(connect, 1000); };
@@ -87,9 +94,11 @@ function onEvent(event) {
 }
 
 async function post(path, body) {
-  const id = encodeURIComponent(sessionInput.value.trim());
-  const response = await fetch(`/api/sessions/${id}/${path}`, {
-    method: "POST", headers: { "Content-Type": "application/json" }, body: body ? JSON.stringify(body) : undefined,
+  const { token, session_id: id } = await ensureIdentity();
+  const response = await fetch(`/api/sessions/${encodeURIComponent(id)}/${path}`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json", "Authorization": `Bearer ${token}` },
+    body: body ? JSON.stringify(body) : undefined,
   });
   if (!response.ok) {
     const problem = await response.json().catch(() => null);
@@ -104,5 +113,4 @@ $("controls").addEventListener("submit", (e) => {
   post("play", { url: $("url").value.trim() });
 });
 $("stop").addEventListener("click", () => post("stop"));
-sessionInput.addEventListener("change", connect);
 connect();
