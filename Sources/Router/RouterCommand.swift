@@ -40,11 +40,14 @@ struct RouterCommand: AsyncParsableCommand {
 enum RouterService {
     static func run(configuration: RouterConfiguration, logger: Logger) async throws {
         let store = SessionStore(clientBufferFrames: configuration.clientBufferFrames)
-        let link = EngineLink(path: configuration.socketPath, store: store, logger: logger)
+        let engine = EngineClient(baseURL: configuration.engineURL)
+        let link = EngineLink(path: configuration.socketPath, store: store, logger: logger) {
+            await EngineReconciliation.run(store: store, engine: engine, logger: logger)
+        }
         let secret = try IdentityTokens.secret(configured: configuration.tokenSecret, directory: configuration.dataDirectory)
         let access = AccessControl(tokens: IdentityTokens(secret: secret), botToken: configuration.botToken)
         let api = RouterApplication(
-            store: store, link: link, engine: EngineClient(baseURL: configuration.engineURL), access: access)
+            store: store, link: link, engine: engine, access: access)
         let router = api.makeRouter(publicDirectory: publicDirectory())
         let app = Application(
             router: router,

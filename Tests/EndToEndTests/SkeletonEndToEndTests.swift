@@ -86,6 +86,7 @@ func tone(of packets: [[UInt8]], lastFrames frames: Int = 50) throws -> Double {
 
         // The engine crashes; the Router notices, reconnects within 2 s of the engine's socket
         // reappearing, and a new play reaches the same WebSocket client.
+        let killMark = a.count, killMarkB = b.count
         await cluster.engine?.kill()
         #expect(await eventually(timeout: .seconds(5)) { await !cluster.routerLinkUp() })
         try? FileManager.default.removeItem(atPath: cluster.socketPath)
@@ -96,6 +97,15 @@ func tone(of packets: [[UInt8]], lastFrames frames: Int = 50) throws -> Double {
         let reconnect = ContinuousClock.now - socketUp
         print("router reconnected \(reconnect) after the engine's socket appeared")
         #expect(reconnect < .milliseconds(2_250), "reconnect took \(reconnect)")
+        // A and B were playing when the engine died: their listeners are told the plays ended.
+        for (listener, mark) in [(a, killMark), (b, killMarkB)] {
+            #expect(
+                await eventually(timeout: .seconds(6)) {
+                    listener.events(from: mark).contains {
+                        $0["code"] as? String == "engine_restarted" && $0["type"] as? String == "finished"
+                    }
+                }, "\(listener.session) was left playing in silence")
+        }
         let restartMark = a.count
         #expect(try await cluster.play(a.session, "tone-880.mp3").status == 202)
         #expect(await eventually(timeout: .seconds(5)) { a.audio(from: restartMark).count >= 50 })

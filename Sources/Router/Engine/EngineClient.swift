@@ -31,6 +31,26 @@ struct EngineClient: Sendable {
         try await post("/session/\(id)/stop", body: nil)
     }
 
+    /// The engine's sessions with a play in progress: id → play id.
+    func activePlays() async throws -> [SessionID: UInt64] {
+        let response = try await http.execute(HTTPClientRequest(url: baseURL + "/sessions"), timeout: .seconds(5))
+        let body = try await response.body.collect(upTo: 4 << 20)
+        struct Listing: Decodable {
+            struct Session: Decodable {
+                var session_id: SessionID
+                var state: String
+                var play_id: UInt64?
+            }
+            var sessions: [Session]
+        }
+        let listing = try JSONDecoder().decode(Listing.self, from: Data(body.readableBytesView))
+        var plays: [SessionID: UInt64] = [:]
+        for session in listing.sessions where ["extracting", "streaming", "paused"].contains(session.state) {
+            plays[session.session_id] = session.play_id
+        }
+        return plays
+    }
+
     private func post(_ path: String, body: ByteBuffer?) async throws(APIError) -> EngineReply {
         var request = HTTPClientRequest(url: baseURL + path)
         request.method = .POST

@@ -41,11 +41,14 @@ final class EngineLink: Service, Sendable {
     private let group: any EventLoopGroup
     private let logger: Logger
     private let state = Mutex(Status())
+    /// Runs after every (re)connection, before messages are routed.
+    private let onConnect: @Sendable () async -> Void
 
     init(
         path: String, store: SessionStore, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
-        logger: Logger
+        logger: Logger, onConnect: @escaping @Sendable () async -> Void = {}
     ) {
+        self.onConnect = onConnect
         self.path = path
         self.store = store
         self.group = group
@@ -69,6 +72,7 @@ final class EngineLink: Service, Sendable {
                         $0.lastError = nil
                     }
                     self.logger.info("engine link up", metadata: ["socket": "\(self.path)"])
+                    await self.onConnect()
                     try await channel.executeThenClose { inbound, _ in
                         for try await message in inbound { self.store.route(message) }
                     }

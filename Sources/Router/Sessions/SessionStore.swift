@@ -25,6 +25,8 @@ final class SessionStore: Sendable {
         var subscribers: [UInt64: AsyncStream<ClientMessage>.Continuation] = [:]
         var framesRouted: UInt64 = 0
         var lastEvent: WireEvent?
+        /// The engine play in progress on this session (from `ready` until `finished`).
+        var activePlayID: UInt64?
     }
 
     struct Counters: Sendable, Equatable {
@@ -62,6 +64,11 @@ final class SessionStore: Sendable {
     }
 
     var counters: Counters { state.withLock { $0.counters } }
+
+    /// Sessions with a play in progress, as the Router last heard from the engine.
+    var activePlays: [SessionID: UInt64] {
+        state.withLock { state in state.entries.compactMapValues(\.activePlayID) }
+    }
     var sessionCount: Int { state.withLock { $0.entries.count } }
     var clientCount: Int { state.withLock { $0.entries.values.reduce(0) { $0 + $1.subscribers.count } } }
 
@@ -90,7 +97,14 @@ final class SessionStore: Sendable {
         case .audio(let packet):
             publish(packet.sessionID, .audio(packet.payload), isFrame: true)
         case .event(let event):
-            state.withLock { $0.entries[event.sessionID]?.lastEvent = event }
+            state.withLock { state in
+                guard state.entries[event.sessionID] != nil else { return }
+                state.entries[event.sessionID]!.lastEvent = event
+                if event.type == .ready { state.entries[event.sessionID]!.activePlayID = event.playID }
+                if event.type == .finished, state.entries[event.sessionID]!.activePlayID == event.playID {
+                    state.entries[event.sessionID]!.activePlayID = nil
+                }
+            }
             publish(event.sessionID, .event(event.jsonLine()), isFrame: false)
         }
     }
