@@ -58,10 +58,6 @@ public final class OpusEncoder {
         return try output.withUnsafeBytes { try body(UnsafeRawBufferPointer(rebasing: $0[0..<Int(length)])) }
     }
 
-    /// Encodes one frame and returns the packet bytes.
-    public func encode(_ pcm: [Float]) throws -> [UInt8] {
-        try pcm.withUnsafeBufferPointer { try encode($0) { Array($0) } }
-    }
 
     private static func check(_ code: Int32, _ operation: String) throws(OpusError) {
         guard code == OPUS_OK else { throw OpusError(code: code, operation: operation) }

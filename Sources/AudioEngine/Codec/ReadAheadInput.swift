@@ -22,10 +22,8 @@ public final class ReadAheadInput: @unchecked Sendable {
         public init() {}
     }
 
-    /// Counters for metrics and tests.
+    /// How far ahead the buffer is.
     public struct Stats: Sendable, Equatable {
-        public var bytesFetched: Int64 = 0
-        public var reconnects = 0
         public var buffered = 0
         /// The whole source has been fetched (or fetching failed for good).
         public var finished = false
@@ -46,7 +44,6 @@ public final class ReadAheadInput: @unchecked Sendable {
     private var failure: Int32?
     private var closed = false
     private var seekTarget: Int64?
-    private var stats = Stats()
     private var readerDone = false
 
     /// The context handed to libavformat as `pb`.
@@ -105,10 +102,7 @@ public final class ReadAheadInput: @unchecked Sendable {
     public var currentStats: Stats {
         condition.lock()
         defer { condition.unlock() }
-        var value = stats
-        value.buffered = buffer.count - head
-        value.finished = endOfStream || failure != nil
-        return value
+        return Stats(buffered: buffer.count - head, finished: endOfStream || failure != nil)
     }
 
     // MARK: Reader thread
@@ -199,7 +193,6 @@ public final class ReadAheadInput: @unchecked Sendable {
                 failedAttempts = 0
                 buffer.append(contentsOf: chunk[0..<Int(count)])
                 fetchOffset += Int64(count)
-                stats.bytesFetched += Int64(count)
                 if head > configuration.capacity / 2 {
                     buffer.removeFirst(head)
                     head = 0
@@ -238,7 +231,6 @@ public final class ReadAheadInput: @unchecked Sendable {
             failedAttempts += 1
             Thread.sleep(forTimeInterval: 0.1 * Double(failedAttempts))
             condition.lock()
-            stats.reconnects += 1
             let stop = closed
             condition.unlock()
             if stop { return nil }

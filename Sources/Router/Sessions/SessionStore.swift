@@ -95,25 +95,23 @@ final class SessionStore: Sendable {
     func route(_ message: WireMessage) {
         switch message {
         case .audio(let packet):
-            publish(packet.sessionID, .audio(packet.payload), isFrame: true)
+            publish(packet.sessionID, .audio(packet.payload), event: nil)
         case .event(let event):
-            state.withLock { state in
-                guard state.entries[event.sessionID] != nil else { return }
-                state.entries[event.sessionID]!.lastEvent = event
-                if event.type == .ready { state.entries[event.sessionID]!.activePlayID = event.playID }
-                if event.type == .finished, state.entries[event.sessionID]!.activePlayID == event.playID {
-                    state.entries[event.sessionID]!.activePlayID = nil
-                }
-            }
-            publish(event.sessionID, .event(event.jsonLine()), isFrame: false)
+            publish(event.sessionID, .event(event.jsonLine()), event: event)
         }
     }
 
-    private func publish(_ id: SessionID, _ message: ClientMessage, isFrame: Bool) {
+    private func publish(_ id: SessionID, _ message: ClientMessage, event: WireEvent?) {
+        let isFrame = event == nil
         state.withLock { state in
             guard var entry = state.entries[id] else {
                 if isFrame { state.counters.unknownSessionFrames += 1 }
                 return
+            }
+            if let event {
+                entry.lastEvent = event
+                if event.type == .ready { entry.activePlayID = event.playID }
+                if event.type == .finished, entry.activePlayID == event.playID { entry.activePlayID = nil }
             }
             var dropped: UInt64 = 0
             for continuation in entry.subscribers.values {
