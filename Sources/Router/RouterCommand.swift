@@ -7,6 +7,7 @@ import HummingbirdWebSocket
 import Logging
 import ServiceLifecycle
 import UnixSignals
+import WireProtocol
 
 @main
 struct RouterCommand: AsyncParsableCommand {
@@ -41,23 +42,33 @@ enum RouterService {
     static func run(configuration: RouterConfiguration, logger: Logger) async throws {
         let store = SessionStore(clientBufferFrames: configuration.clientBufferFrames)
         let engine = EngineClient(baseURL: configuration.engineURL)
+        let database = try SessionDatabase(path: configuration.database)
+        let writer = PersistenceWriter(database: database, logger: logger)
+        let directory = SessionDirectory(store: store, engine: engine, database: database, writer: writer, logger: logger)
+        await directory.restore()
+        let (events, eventSink) = AsyncStream<WireEvent>.makeStream()
+        store.forwardEvents(to: eventSink)
         let link = EngineLink(path: configuration.socketPath, store: store, logger: logger) {
-            await EngineReconciliation.run(store: store, engine: engine, logger: logger)
+            await EngineReconciliation.run(store: store, directory: directory, engine: engine, logger: logger)
         }
         let secret = try IdentityTokens.secret(configured: configuration.tokenSecret, directory: configuration.dataDirectory)
         let access = AccessControl(tokens: IdentityTokens(secret: secret), botToken: configuration.botToken)
-        let api = RouterApplication(
-            store: store, link: link, engine: engine, access: access)
+        let api = RouterApplication(store: store, directory: directory, link: link, engine: engine, access: access)
         let router = api.makeRouter(publicDirectory: publicDirectory())
         let app = Application(
             router: router,
-            server: .http1WebSocketUpgrade(webSocketRouter: router),
+            server: .http1WebSocketUpgrade(
+                webSocketRouter: router,
+                configuration: .init(maxFrameSize: 1 << 16, autoPing: .enabled(timePeriod: configuration.pingInterval))),
             configuration: .init(
                 address: .hostname(configuration.host, port: configuration.port), serverName: "tonearm-router"),
             logger: logger)
+        let upkeep = SessionUpkeep(
+            directory: directory, events: events, staleAfter: configuration.staleSessionTimeout,
+            sweepEvery: min(configuration.staleSessionTimeout / 4, .seconds(30)))
         let group = ServiceGroup(
             configuration: .init(
-                services: [.init(service: link), .init(service: app)],
+                services: [.init(service: writer), .init(service: upkeep), .init(service: link), .init(service: app)],
                 gracefulShutdownSignals: [.sigterm, .sigint],
                 logger: logger))
         try await group.run()

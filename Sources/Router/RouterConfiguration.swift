@@ -12,8 +12,15 @@ struct RouterConfiguration: Sendable {
     var engineURL = "http://127.0.0.1:8180"
     /// Frames a client may lag before its oldest are dropped (50 = 1 s).
     var clientBufferFrames = 50
-    /// Where the Router keeps its files (the generated token secret; later the SQLite database).
+    /// Where the Router keeps its files: the generated token secret and the SQLite database.
     var dataDirectory = "./data"
+    /// The SQLite file with queues and settings (`<dataDirectory>/tonearm.sqlite` when not set).
+    var databasePath: String?
+    /// WebSocket pings; a client that has not answered one by the next is closed.
+    var pingInterval: Duration = .seconds(30)
+    /// A session with no clients and nothing playing is released from memory after this long
+    /// (its queue stays in the database).
+    var staleSessionTimeout: Duration = .seconds(300)
     /// Signs browser identity tokens; generated and kept in `dataDirectory` when not set.
     var tokenSecret: String?
     /// Lets bots use any (guild) session.
@@ -31,6 +38,11 @@ struct RouterConfiguration: Sendable {
         }
         if let value = environment["TONEARM_SOCKET"] { socketPath = value }
         if let value = environment["TONEARM_DATA_DIR"] { dataDirectory = value }
+        if let value = environment["TONEARM_DATABASE"], !value.isEmpty { databasePath = value }
+        if let value = environment["TONEARM_PING_INTERVAL"] { pingInterval = .seconds(try Self.seconds(value, "TONEARM_PING_INTERVAL")) }
+        if let value = environment["TONEARM_STALE_SESSION_TIMEOUT"] {
+            staleSessionTimeout = .seconds(try Self.seconds(value, "TONEARM_STALE_SESSION_TIMEOUT"))
+        }
         if let value = environment["TONEARM_TOKEN_SECRET"], !value.isEmpty { tokenSecret = value }
         if let value = environment["TONEARM_BOT_TOKEN"], !value.isEmpty { botToken = value }
         if let value = environment["TONEARM_ENGINE_URL"] {
@@ -39,6 +51,17 @@ struct RouterConfiguration: Sendable {
             // Deployed together on one host: follow the engine's port unless told otherwise.
             engineURL = "http://127.0.0.1:\(port)"
         }
+    }
+}
+
+extension RouterConfiguration {
+    var database: String { databasePath ?? (dataDirectory as NSString).appendingPathComponent("tonearm.sqlite") }
+
+    private static func seconds(_ value: String, _ name: String) throws -> Double {
+        guard let seconds = Double(value), seconds > 0, seconds < 86_400 else {
+            throw RouterConfigurationError(message: "\(name)=\(value) is not a number of seconds (more than 0, less than a day)")
+        }
+        return seconds
     }
 }
 

@@ -150,7 +150,17 @@ final class SessionListener: Sendable {
     }
 
     /// Events (as JSON objects) received after index `from`.
+    /// The engine's events (text messages other than the Router's `state` and `reply`).
     func events(from start: Int = 0) -> [[String: Any]] {
+        texts(from: start).filter { !["state", "reply"].contains($0["type"] as? String) }
+    }
+
+    /// The Router's `state` messages.
+    func states(from start: Int = 0) -> [[String: Any]] {
+        texts(from: start).filter { $0["type"] as? String == "state" }
+    }
+
+    func texts(from start: Int = 0) -> [[String: Any]] {
         all[start...].compactMap {
             guard case .text(let text) = $0.message else { return nil }
             return (try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: Any]

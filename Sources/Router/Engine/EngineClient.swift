@@ -1,11 +1,46 @@
-// Calls the engine's HTTP control API. The engine's answers (including its JSON errors) are
-// passed on to the Router's caller unchanged; an unreachable engine becomes 503.
+// Calls the engine's HTTP control API. An engine refusal (its JSON error) becomes the same error
+// for the Router's caller; an unreachable engine becomes 503 `engine_unavailable`.
 import AsyncHTTPClient
 import HTTPTypes
 import Foundation
 import NIOCore
 import NIOHTTP1
 import WireProtocol
+
+/// What a session controller asks of the engine. `EngineClient` is the real one; unit tests of
+/// the queue wiring give a scripted one.
+protocol EngineControl: Sendable {
+    /// Starts `url` on the session, replacing its current play; answers the engine's play id.
+    func play(_ id: SessionID, url: String, startMS: Int64?, volume: Int) async throws(APIError) -> UInt64
+    /// `pause`, `resume`, `stop`, `seek` (`position_ms`) or `volume` (`volume`).
+    func control(_ id: SessionID, _ name: String, _ body: [String: Int64]) async throws(APIError)
+    /// Title, duration and playlist entries of a URL (422 when it cannot be played).
+    func resolve(_ url: String) async throws(APIError) -> Resolution
+}
+
+/// The engine's answer to `GET /resolve`.
+struct Resolution: Sendable, Codable, Equatable {
+    struct Entry: Sendable, Codable, Equatable {
+        var url: String
+        var title: String?
+        var duration_ms: Int64?
+        var thumbnail: String?
+    }
+    var url: String
+    var title: String?
+    var duration_ms: Int64?
+    var thumbnail: String?
+    var is_playlist: Bool?
+    var entries: [Entry]?
+
+    /// The tracks to queue: every entry of a playlist, or the URL itself.
+    var tracks: [Track] {
+        if is_playlist == true, let entries, !entries.isEmpty {
+            return entries.map { Track(url: $0.url, title: $0.title, durationMS: $0.duration_ms, thumbnail: $0.thumbnail) }
+        }
+        return [Track(url: url, title: title, durationMS: duration_ms, thumbnail: thumbnail)]
+    }
+}
 
 /// An engine answer: status and JSON body.
 struct EngineReply: Sendable {
@@ -14,7 +49,7 @@ struct EngineReply: Sendable {
 }
 
 /// The engine's control API, as the Router uses it.
-struct EngineClient: Sendable {
+struct EngineClient: EngineControl {
     let baseURL: String
     let http: HTTPClient
 
@@ -23,12 +58,35 @@ struct EngineClient: Sendable {
         self.http = http
     }
 
-    func play(_ id: SessionID, body: ByteBuffer) async throws(APIError) -> EngineReply {
-        try await post("/session/\(id)/play", body: body)
+    func play(_ id: SessionID, url: String, startMS: Int64?, volume: Int) async throws(APIError) -> UInt64 {
+        struct Body: Encodable {
+            var url: String
+            var start_ms: Int64?
+            var volume: Int
+        }
+        struct Accepted: Decodable { var play_id: UInt64 }
+        let body = ByteBuffer(bytes: (try? JSONEncoder().encode(Body(url: url, start_ms: startMS, volume: volume))) ?? Data())
+        let reply = try await send(.POST, "/session/\(id)/play", body: body)
+        return try Self.decode(Accepted.self, reply).play_id
     }
 
-    func stop(_ id: SessionID) async throws(APIError) -> EngineReply {
-        try await post("/session/\(id)/stop", body: nil)
+    func control(_ id: SessionID, _ name: String, _ body: [String: Int64]) async throws(APIError) {
+        let bytes = body.isEmpty ? nil : ByteBuffer(bytes: (try? JSONEncoder().encode(body)) ?? Data())
+        let reply = try await send(.POST, "/session/\(id)/\(name)", body: bytes)
+        _ = try Self.decode(Ignored.self, reply)
+    }
+
+    func resolve(_ url: String) async throws(APIError) -> Resolution {
+        try Self.decode(Resolution.self, try await send(.GET, "/resolve?url=\(Self.query(url))", body: nil, timeout: .seconds(60)))
+    }
+
+    /// The engine's `/search` answer, passed on as it is.
+    func search(_ query: String, limit: Int?) async throws(APIError) -> EngineReply {
+        var path = "/search?q=\(Self.query(query))"
+        if let limit { path += "&limit=\(limit)" }
+        let reply = try await send(.GET, path, body: nil, timeout: .seconds(60))
+        _ = try Self.decode(Ignored.self, reply)
+        return reply
     }
 
     /// The engine's sessions with a play in progress: id → play id.
@@ -51,18 +109,46 @@ struct EngineClient: Sendable {
         return plays
     }
 
-    private func post(_ path: String, body: ByteBuffer?) async throws(APIError) -> EngineReply {
+    private struct Ignored: Decodable {}
+
+    private func send(_ method: HTTPMethod, _ path: String, body: ByteBuffer?, timeout: TimeAmount = .seconds(10))
+        async throws(APIError) -> EngineReply
+    {
         var request = HTTPClientRequest(url: baseURL + path)
-        request.method = .POST
-        request.headers.add(name: "Content-Type", value: "application/json")
-        if let body { request.body = .bytes(body) }
+        request.method = method
+        if let body {
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.body = .bytes(body)
+        }
         do {
-            let response = try await http.execute(request, timeout: .seconds(5))
-            let bytes = try await response.body.collect(upTo: 1 << 20)
+            let response = try await http.execute(request, timeout: timeout)
+            let bytes = try await response.body.collect(upTo: 4 << 20)
             return EngineReply(status: Int(response.status.code), body: bytes)
         } catch {
             throw Self.unavailable(baseURL)
         }
+    }
+
+    /// A 2xx answer decoded as `T`; any other status becomes the engine's own error.
+    private static func decode<T: Decodable>(_ type: T.Type, _ reply: EngineReply) throws(APIError) -> T {
+        let data = Data(reply.body.readableBytesView)
+        guard (200..<300).contains(reply.status) else {
+            let body = try? JSONDecoder().decode(ErrorBody.self, from: data)
+            throw APIError(
+                status: .init(code: reply.status), code: body?.code ?? "engine_error",
+                message: body?.message ?? "the audio engine answered \(reply.status)")
+        }
+        do {
+            return try JSONDecoder().decode(T.self, from: data)
+        } catch {
+            throw APIError(status: .badGateway, code: "engine_error", message: "the audio engine's answer was not understood: \(error)")
+        }
+    }
+
+    private static func query(_ value: String) -> String {
+        var allowed = CharacterSet.urlQueryAllowed
+        allowed.remove(charactersIn: "&=+?#")
+        return value.addingPercentEncoding(withAllowedCharacters: allowed) ?? value
     }
 
     static func unavailable(_ baseURL: String) -> APIError {

@@ -6,8 +6,8 @@ import WireProtocol
 enum EngineReconciliation {
     /// After a (re)connection: a play the Router thinks is in progress but the engine no longer
     /// has (it restarted) ends for its listeners, so nobody is left "playing" in silence.
-    static func run(store: SessionStore, engine: EngineClient, logger: Logger) async {
-        let believed = store.activePlays
+    static func run(store: SessionStore, directory: SessionDirectory, engine: EngineClient, logger: Logger) async {
+        let believed = await directory.activePlays()
         guard !believed.isEmpty else { return }
         guard let actual = try? await engine.activePlays() else { return }
         for (id, playID) in believed where actual[id] != playID {

@@ -26,6 +26,32 @@ struct AccessControl: Sendable {
         }
     }
 
+    /// Any valid token (a browser's or the bot token), for calls that belong to no session.
+    func anyone(_ request: Request) throws(APIError) {
+        guard let token = Self.token(in: request) else {
+            throw APIError(
+                status: .unauthorized, code: "unauthorized",
+                message: "a token is required: get one from POST /api/identity and send it as ?token= or Authorization: Bearer")
+        }
+        if let botToken, Self.constantTimeEqual(token, botToken) { return }
+        guard tokens.verify(token) != nil else {
+            throw APIError(status: .unauthorized, code: "unauthorized", message: "the token is not valid")
+        }
+    }
+
+    /// A bot connection: the bot token is required, whatever the session.
+    func bot(_ request: Request) throws(APIError) -> SessionID {
+        let id = try RouterApplication.sessionID(query: request.uri.queryParameters["guild"].map(String.init))
+        guard let token = Self.token(in: request) else {
+            throw APIError(status: .unauthorized, code: "unauthorized", message: "the bot token is required (Authorization: Bearer or ?token=)")
+        }
+        if let botToken, Self.constantTimeEqual(token, botToken) { return id }
+        if tokens.verify(token) != nil {
+            throw APIError(status: .forbidden, code: "forbidden", message: "only the bot token may open a bot connection")
+        }
+        throw APIError(status: .unauthorized, code: "unauthorized", message: "the token is not valid")
+    }
+
     /// The session a WebSocket subscribes to: the one a browser token names, or with the bot
     /// token the `session` query parameter (a guild id).
     func webSocketSession(_ request: Request) throws(APIError) -> SessionID {

@@ -46,7 +46,9 @@ struct SessionQueue: Sendable, Equatable, Codable {
 
     enum Input: Equatable {
         case playNow(Track)
-        case enqueue([Track])
+        /// Appends tracks; an idle queue starts the first of them unless `autoplay` is false (the
+        /// user did something else while they were being resolved).
+        case enqueue([Track], autoplay: Bool = true)
         case remove(index: Int)
         case clear
         case jump(index: Int)
@@ -55,12 +57,14 @@ struct SessionQueue: Sendable, Equatable, Codable {
         case previous(positionMS: Int64)
         case stop
         case pause
+        /// Resumes a paused play, or plays the current track again after a stop or a restart.
         case resume
         case setLoop(LoopMode)
         /// Shuffles the tracks after the current one with the given permutation source.
         case shuffle(seed: UInt64)
-        /// The engine's play for `generation` is ready.
-        case ready(generation: UInt64)
+        /// The engine's play for `generation` is ready; its title and duration fill in what the
+        /// track did not know.
+        case ready(generation: UInt64, title: String? = nil, durationMS: Int64? = nil)
         /// The engine's play for `generation` ended.
         case finished(generation: UInt64, reason: EndReason)
     }
@@ -101,6 +105,9 @@ struct SessionQueue: Sendable, Equatable, Codable {
     private(set) var loop: LoopMode = .off
     private(set) var generation: UInt64 = 0
     private(set) var playback: Playback = .idle
+    /// Tracks that failed in a row; when every track has failed the queue stops instead of
+    /// cycling through errors for ever.
+    private(set) var failuresInARow = 0
 
     init() {}
 
@@ -114,11 +121,11 @@ struct SessionQueue: Sendable, Equatable, Codable {
             tracks.insert(track, at: index)
             return start(at: index)
 
-        case .enqueue(let added):
+        case .enqueue(let added, let autoplay):
             guard !added.isEmpty else { return .none }
             tracks.append(contentsOf: added)
             // An idle queue starts playing what was added.
-            if playback == .idle { return start(at: tracks.count - added.count) }
+            if playback == .idle && autoplay { return start(at: tracks.count - added.count) }
             return .updated
 
         case .remove(let index):
@@ -170,6 +177,7 @@ struct SessionQueue: Sendable, Equatable, Codable {
             return .pause
 
         case .resume:
+            if playback == .idle, let stopped = current { return start(at: stopped) }
             guard playback == .paused else {
                 return .refuse(.invalidState(playback == .playing ? "already playing" : "nothing is paused"))
             }
@@ -187,9 +195,12 @@ struct SessionQueue: Sendable, Equatable, Codable {
             tracks[start...].shuffle(using: &generator)
             return .updated
 
-        case .ready(let generation):
-            guard generation == self.generation, playback == .starting else { return .none }
+        case .ready(let generation, let title, let durationMS):
+            guard generation == self.generation, playback == .starting, let playing = current else { return .none }
             playback = .playing
+            failuresInARow = 0
+            if tracks[playing].title == nil { tracks[playing].title = title }
+            if tracks[playing].durationMS == nil { tracks[playing].durationMS = durationMS }
             return .updated
 
         case .finished(let generation, let reason):
@@ -199,6 +210,10 @@ struct SessionQueue: Sendable, Equatable, Codable {
                 playback = .idle
                 return .updated
             case .finished, .error:
+                if reason == .error {
+                    failuresInARow += 1
+                    if failuresInARow >= tracks.count { return stopAll(keepIndex: true, tellEngine: false) }
+                }
                 // Loop a track only when it played; a failing track moves on instead of repeating.
                 if reason == .finished && loop == .track { return start(at: playing) }
                 if playing + 1 < tracks.count { return start(at: playing + 1) }

@@ -1,14 +1,26 @@
 // The Router's index of sessions: packets and events from the engine are looked up here by id
 // (O(1)) and handed to every subscribed client's own bounded buffer. Publishing never waits for
-// a client; a client that falls behind loses its own oldest frames.
+// a client; a client that falls behind loses its own oldest frames, and one that keeps losing
+// them is told to go (`onSlow`), so it can never hold up anybody else.
+import Foundation
 import NIOCore
 import Synchronization
 import WireProtocol
 
-/// What a client receives: an Opus packet (binary message) or an event (text message).
+/// What a client receives: an Opus packet (binary message) or JSON (text message).
 enum ClientMessage: Sendable {
     case audio(ByteBuffer)
     case event(String)
+}
+
+/// Who is listening.
+enum ClientKind: String, Sendable, CaseIterable, Codable {
+    /// A playground tab (`/ws`).
+    case browser
+    /// A per-guild bot connection (`/bot`).
+    case bot
+    /// An Ogg Opus listener (`/listen`).
+    case listener
 }
 
 /// A client's subscription to one session; iterate `messages`, then `cancel()` (or drop it).
@@ -20,21 +32,44 @@ struct Subscription: Sendable {
 
 /// Sessions by id, with their subscribers.
 final class SessionStore: Sendable {
+    struct Subscriber: Sendable {
+        let continuation: AsyncStream<ClientMessage>.Continuation
+        let kind: ClientKind
+        let since: Date
+        /// Called once, outside the lock's work, when the client has lost too many frames.
+        let onSlow: @Sendable (String) -> Void
+        var framesInWindow = 0
+        var droppedInWindow = 0
+        var slow = false
+    }
+
     /// One session as the Router knows it.
     struct Entry: Sendable {
-        var subscribers: [UInt64: AsyncStream<ClientMessage>.Continuation] = [:]
+        var subscribers: [UInt64: Subscriber] = [:]
         var framesRouted: UInt64 = 0
         var lastEvent: WireEvent?
-        /// The engine play in progress on this session (from `ready` until `finished`).
-        var activePlayID: UInt64?
+        /// When the last client left (or the session became known).
+        var lastSeen = ContinuousClock.now
     }
 
     struct Counters: Sendable, Equatable {
-        /// Packets for a session the Router does not know; dropped.
+        /// Packets for a session the Router does not know (or no longer knows); dropped as stale.
         var unknownSessionFrames: UInt64 = 0
         /// Frames a slow client's buffer discarded.
         var slowClientDrops: UInt64 = 0
+        /// Clients disconnected for staying behind.
+        var slowClientDisconnects: UInt64 = 0
         var framesRouted: UInt64 = 0
+    }
+
+    /// One client, as `/health/session/{id}` shows it.
+    struct ClientInfo: Sendable, Codable {
+        var kind: ClientKind
+        var connectedSeconds: Double
+        enum CodingKeys: String, CodingKey {
+            case kind
+            case connectedSeconds = "connected_seconds"
+        }
     }
 
     private struct State {
@@ -45,10 +80,22 @@ final class SessionStore: Sendable {
 
     /// Frames (20 ms each) a client may have waiting before its oldest are dropped.
     let clientBufferFrames: Int
+    /// A client that loses more than `slowDropLimit` of `slowWindowFrames` frames in a row of
+    /// windows is disconnected (defaults: 50 of 250, i.e. a fifth of 5 s of audio).
+    let slowWindowFrames: Int
+    let slowDropLimit: Int
     private let state = Mutex(State())
+    private let eventSink = Mutex<AsyncStream<WireEvent>.Continuation?>(nil)
 
-    init(clientBufferFrames: Int = 50) {
+    init(clientBufferFrames: Int = 50, slowWindowFrames: Int = 250, slowDropLimit: Int = 50) {
         self.clientBufferFrames = clientBufferFrames
+        self.slowWindowFrames = slowWindowFrames
+        self.slowDropLimit = slowDropLimit
+    }
+
+    /// Every event routed from now on is also yielded here (to the session controllers).
+    func forwardEvents(to continuation: AsyncStream<WireEvent>.Continuation) {
+        eventSink.withLock { $0 = continuation }
     }
 
     /// Makes `id` known, so its packets are routed rather than dropped as unknown.
@@ -58,28 +105,53 @@ final class SessionStore: Sendable {
         }
     }
 
+    /// Forgets `id` (a stale session); its clients, if any, are finished.
+    func release(_ id: SessionID) {
+        let entry = state.withLock { $0.entries.removeValue(forKey: id) }
+        for subscriber in entry?.subscribers.values ?? [:].values { subscriber.continuation.finish() }
+    }
+
     /// The session `id`, if known.
     func findBySessionId(_ id: SessionID) -> Entry? {
         state.withLock { $0.entries[id] }
     }
 
     var counters: Counters { state.withLock { $0.counters } }
-
-    /// Sessions with a play in progress, as the Router last heard from the engine.
-    var activePlays: [SessionID: UInt64] {
-        state.withLock { state in state.entries.compactMapValues(\.activePlayID) }
-    }
     var sessionCount: Int { state.withLock { $0.entries.count } }
     var clientCount: Int { state.withLock { $0.entries.values.reduce(0) { $0 + $1.subscribers.count } } }
 
+    var clientsByKind: [ClientKind: Int] {
+        state.withLock { state in
+            var counts = Dictionary(uniqueKeysWithValues: ClientKind.allCases.map { ($0, 0) })
+            for entry in state.entries.values {
+                for subscriber in entry.subscribers.values { counts[subscriber.kind, default: 0] += 1 }
+            }
+            return counts
+        }
+    }
+
+    func subscriberCount(_ id: SessionID) -> Int { state.withLock { $0.entries[id]?.subscribers.count ?? 0 } }
+
+    func clients(of id: SessionID) -> [ClientInfo] {
+        let now = Date()
+        return state.withLock { state in
+            (state.entries[id]?.subscribers.values ?? [:].values)
+                .map { ClientInfo(kind: $0.kind, connectedSeconds: now.timeIntervalSince($0.since)) }
+                .sorted { $0.connectedSeconds > $1.connectedSeconds }
+        }
+    }
+
     /// Subscribes to `id`'s packets and events from now on.
-    func subscribe(_ id: SessionID) -> Subscription {
+    func subscribe(
+        _ id: SessionID, kind: ClientKind = .browser, onSlow: @escaping @Sendable (String) -> Void = { _ in }
+    ) -> Subscription {
         let (stream, continuation) = AsyncStream<ClientMessage>.makeStream(
             bufferingPolicy: .bufferingNewest(clientBufferFrames))
         let token = state.withLock { state in
             let token = state.nextToken
             state.nextToken += 1
-            state.entries[id, default: Entry()].subscribers[token] = continuation
+            state.entries[id, default: Entry()].subscribers[token] = Subscriber(
+                continuation: continuation, kind: kind, since: Date(), onSlow: onSlow)
             return token
         }
         continuation.onTermination = { [weak self] _ in self?.unsubscribe(id, token: token) }
@@ -87,8 +159,20 @@ final class SessionStore: Sendable {
     }
 
     func unsubscribe(_ id: SessionID, token: UInt64) {
-        let continuation = state.withLock { $0.entries[id]?.subscribers.removeValue(forKey: token) }
-        continuation?.finish()
+        let subscriber = state.withLock { state in
+            state.entries[id]?.lastSeen = .now
+            return state.entries[id]?.subscribers.removeValue(forKey: token)
+        }
+        subscriber?.continuation.finish()
+    }
+
+    /// Sends a JSON text message (a state change) to every client of `id`.
+    func broadcast(_ id: SessionID, _ json: String) {
+        state.withLock { state in
+            for subscriber in state.entries[id]?.subscribers.values ?? [:].values {
+                subscriber.continuation.yield(.event(json))
+            }
+        }
     }
 
     /// Hands one message from the engine to the session's subscribers.
@@ -98,24 +182,38 @@ final class SessionStore: Sendable {
             publish(packet.sessionID, .audio(packet.payload), event: nil)
         case .event(let event):
             publish(event.sessionID, .event(event.jsonLine()), event: event)
+            eventSink.withLock { _ = $0?.yield(event) }
         }
     }
 
     private func publish(_ id: SessionID, _ message: ClientMessage, event: WireEvent?) {
         let isFrame = event == nil
+        var slow: [(Subscriber, String)] = []
         state.withLock { state in
             guard var entry = state.entries[id] else {
                 if isFrame { state.counters.unknownSessionFrames += 1 }
                 return
             }
-            if let event {
-                entry.lastEvent = event
-                if event.type == .ready { entry.activePlayID = event.playID }
-                if event.type == .finished, entry.activePlayID == event.playID { entry.activePlayID = nil }
-            }
+            if let event { entry.lastEvent = event }
             var dropped: UInt64 = 0
-            for continuation in entry.subscribers.values {
-                if case .dropped = continuation.yield(message) { dropped += 1 }
+            for (token, var subscriber) in entry.subscribers where !subscriber.slow {
+                let lost: Bool
+                if case .dropped = subscriber.continuation.yield(message) { lost = true } else { lost = false }
+                guard isFrame else { continue }
+                if lost { dropped += 1 }
+                subscriber.framesInWindow += 1
+                subscriber.droppedInWindow += lost ? 1 : 0
+                if subscriber.droppedInWindow > slowDropLimit {
+                    subscriber.slow = true
+                    state.counters.slowClientDisconnects += 1
+                    slow.append(
+                        (subscriber,
+                         "too slow: lost \(subscriber.droppedInWindow) of the last \(subscriber.framesInWindow) audio frames"))
+                } else if subscriber.framesInWindow >= slowWindowFrames {
+                    subscriber.framesInWindow = 0
+                    subscriber.droppedInWindow = 0
+                }
+                entry.subscribers[token] = subscriber
             }
             if isFrame {
                 entry.framesRouted += 1
@@ -123,6 +221,10 @@ final class SessionStore: Sendable {
             }
             state.counters.slowClientDrops += dropped
             state.entries[id] = entry
+        }
+        for (subscriber, reason) in slow {
+            subscriber.continuation.finish()
+            subscriber.onSlow(reason)
         }
     }
 }

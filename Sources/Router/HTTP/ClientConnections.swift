@@ -1,0 +1,187 @@
+// The three ways to hear a session: a playground tab (`/ws`, a browser token), a per-guild bot
+// connection (`/bot?guild=`, the bot token) and an Ogg Opus stream (`/listen/{id}.ogg`). WebSocket
+// clients get the session's state first, then its Opus packets (binary) and state changes and
+// events (text), and may send the same commands as the REST API.
+import Foundation
+import Hummingbird
+import HummingbirdWebSocket
+import Logging
+import NIOCore
+import NIOWebSocket
+import NIOConcurrencyHelpers
+import WireProtocol
+
+struct ClientConnections {
+    let store: SessionStore
+    let directory: SessionDirectory
+    let access: AccessControl
+    let link: EngineLink
+    let engine: EngineClient
+    /// How long a client told to go (too slow) has to take the close frame before the
+    /// connection is cut.
+    var closeGrace: TimeAmount = .seconds(2)
+
+    func addRoutes(to router: Hummingbird.Router<TonearmRequestContext>) {
+        router.ws("/ws") { request, _ in
+            _ = try access.webSocketSession(request)
+            return .upgrade([:])
+        } onUpgrade: { inbound, outbound, context in
+            let id = try access.webSocketSession(context.request)
+            try await serve(id, kind: .browser, inbound: inbound, outbound: outbound, context: context)
+        }
+        router.ws("/bot") { request, _ in
+            _ = try access.bot(request)
+            return .upgrade([:])
+        } onUpgrade: { inbound, outbound, context in
+            let id = try access.bot(context.request)
+            try await serve(id, kind: .bot, inbound: inbound, outbound: outbound, context: context)
+        }
+        router.get("/listen/:file") { request, context -> Response in
+            let file = context.parameters.get("file") ?? ""
+            guard file.hasSuffix(".ogg") else {
+                throw APIError(status: .notFound, code: "not_found", message: "listen at /listen/{session id}.ogg")
+            }
+            let id = try RouterApplication.sessionID(query: String(file.dropLast(4)))
+            try access.authorize(request, for: id)
+            return await listen(to: id, channel: context.channel, logger: context.logger)
+        }
+    }
+
+    /// Streams the session to a WebSocket client and runs its commands until either side ends.
+    private func serve(
+        _ id: SessionID, kind: ClientKind, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter,
+        context: WebSocketRouterContext<TonearmRequestContext>
+    ) async throws {
+        let controller = await directory.controller(for: id)
+        let channel = context.requestContext.channel
+        let logger = context.logger
+        let slowReason = NIOLockedValueBox<String?>(nil)
+        let subscription = store.subscribe(id, kind: kind) { [closeGrace] reason in
+            slowReason.withLockedValue { $0 = reason }
+            logger.warning("disconnecting a client that stays behind", metadata: ["session.id": "\(id)", "reason": "\(reason)"])
+            // The writer normally sends the close frame; if it is stuck on a full socket, cut it.
+            channel.eventLoop.scheduleTask(in: closeGrace) { channel.close(promise: nil) }
+        }
+        defer { store.unsubscribe(id, token: subscription.token) }
+        try await outbound.write(.text(await controller.state.json()))
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for try await message in inbound.messages(maxSize: 64 * 1024) {
+                    guard case .text(let text) = message else { continue }
+                    let reply = await command(text, on: controller)
+                    try await outbound.write(.text(reply))
+                }
+            }
+            group.addTask {
+                for await message in subscription.messages {
+                    switch message {
+                    case .audio(let packet): try await outbound.write(.binary(packet))
+                    case .event(let line): try await outbound.write(.text(line))
+                    }
+                }
+                if let reason = slowReason.withLockedValue({ $0 }) {
+                    try await outbound.close(.policyViolation, reason: reason)
+                }
+            }
+            try await group.next()
+            group.cancelAll()
+        }
+    }
+
+    /// Runs one WebSocket command and answers its reply message.
+    private func command(_ text: String, on controller: SessionController) async -> String {
+        var reply = CommandReply(id: nil)
+        do {
+            let data = Data(text.utf8)
+            let envelope: CommandEnvelope
+            do {
+                envelope = try JSONDecoder().decode(CommandEnvelope.self, from: data)
+            } catch {
+                throw APIError.badRequest(
+                    "invalid_json", "a command is a JSON object such as {\"op\":\"play\",\"url\":\"…\",\"id\":1}")
+            }
+            reply.id = envelope.id
+            if envelope.op == "state" {
+                reply.state = await controller.state
+            } else {
+                guard link.status.connected else { throw EngineClient.unavailable(engine.baseURL) }
+                let command = try CommandParsing.command(envelope.op, arguments: CommandParsing.arguments(data))
+                reply.state = try await controller.perform(command)
+            }
+            reply.ok = true
+        } catch let error as APIError {
+            reply.error = ErrorBody(code: error.code, message: error.message).error
+        } catch {
+            reply.error = ErrorBody(code: "internal", message: "\(error)").error
+        }
+        return reply.json()
+    }
+
+    /// The session as an endless Ogg Opus stream, for as long as the listener stays (and keeps up).
+    private func listen(to id: SessionID, channel: any Channel, logger: Logger) async -> Response {
+        _ = await directory.controller(for: id)
+        let subscription = store.subscribe(id, kind: .listener) { [closeGrace] reason in
+            logger.warning("disconnecting a listener that stays behind", metadata: ["session.id": "\(id)", "reason": "\(reason)"])
+            channel.eventLoop.scheduleTask(in: closeGrace) { channel.close(promise: nil) }
+        }
+        let title = store.findBySessionId(id)?.lastEvent?.title
+        var headers = HTTPFields()
+        headers[.contentType] = "audio/ogg"
+        headers[.cacheControl] = "no-store"
+        return Response(
+            status: .ok, headers: headers,
+            body: ResponseBody { [store] writer in
+                defer { store.unsubscribe(subscription.sessionID, token: subscription.token) }
+                var ogg = OggOpusWriter()
+                try await writer.write(ogg.headers(title: title))
+                for await message in subscription.messages {
+                    if case .audio(let packet) = message { try await writer.write(ogg.page(for: packet)) }
+                }
+                try await writer.finish(nil)
+            })
+    }
+}
+
+/// A WebSocket command: `op` names it, `id` (a number or string, optional) comes back in the reply.
+private struct CommandEnvelope: Decodable {
+    var op: String
+    var id: RequestID?
+}
+
+/// A client's request id, echoed as it came.
+enum RequestID: Codable, Sendable, Equatable {
+    case number(Int64)
+    case text(String)
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if let number = try? container.decode(Int64.self) {
+            self = .number(number)
+        } else {
+            self = .text(try container.decode(String.self))
+        }
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        switch self {
+        case .number(let number): try container.encode(number)
+        case .text(let text): try container.encode(text)
+        }
+    }
+}
+
+/// `{"type":"reply","id":…,"ok":true,"state":{…}}` or `{"type":"reply","id":…,"ok":false,"error":{…}}`.
+struct CommandReply: Encodable {
+    var type = "reply"
+    var id: RequestID?
+    var ok = false
+    var state: SessionState?
+    var error: ErrorBody.Detail?
+
+    func json() -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.withoutEscapingSlashes, .sortedKeys]
+        return String(decoding: (try? encoder.encode(self)) ?? Data("{}".utf8), as: UTF8.self)
+    }
+}

@@ -1,0 +1,123 @@
+// What operators read: `/health` (the engine link, sessions, clients, memory),
+// `/health/session/{id}` (one session's clients and frames) and `/metrics` (Prometheus text).
+import Foundation
+import Hummingbird
+import WireProtocol
+
+struct OperationsRoutes {
+    let store: SessionStore
+    let directory: SessionDirectory
+    let link: EngineLink
+    let startedAt: Date
+
+    struct Health: ResponseEncodable {
+        struct Engine: Codable {
+            var connected: Bool
+            var connects: UInt64
+            var protocolErrors: UInt64
+            var lastError: String?
+            enum CodingKeys: String, CodingKey {
+                case connected, connects
+                case protocolErrors = "protocol_errors"
+                case lastError = "last_error"
+            }
+        }
+        var status: String
+        var uptimeSeconds: Double
+        var engine: Engine
+        var activeSessions: Int
+        var activeClients: Int
+        var clients: [String: Int]
+        var framesRouted: UInt64
+        var unknownSessionFrames: UInt64
+        var slowClientDrops: UInt64
+        var slowClientDisconnects: UInt64
+        var rssBytes: Int
+        enum CodingKeys: String, CodingKey {
+            case status, engine, clients
+            case uptimeSeconds = "uptime_seconds"
+            case activeSessions = "active_sessions"
+            case activeClients = "active_clients"
+            case framesRouted = "frames_routed"
+            case unknownSessionFrames = "unknown_session_frames"
+            case slowClientDrops = "slow_client_drops"
+            case slowClientDisconnects = "slow_client_disconnects"
+            case rssBytes = "rss_bytes"
+        }
+    }
+
+    struct SessionHealth: ResponseEncodable {
+        var sessionID: String
+        var known: Bool
+        var status: String?
+        var clients: [SessionStore.ClientInfo]
+        var framesRouted: UInt64
+        enum CodingKeys: String, CodingKey {
+            case known, status, clients
+            case sessionID = "session_id"
+            case framesRouted = "frames_routed"
+        }
+    }
+
+    func addRoutes(to router: Hummingbird.Router<TonearmRequestContext>) {
+        router.get("/health") { _, _ -> Health in
+            let status = link.status
+            let counters = store.counters
+            return Health(
+                status: status.connected ? "ok" : "degraded", uptimeSeconds: Date().timeIntervalSince(startedAt),
+                engine: .init(
+                    connected: status.connected, connects: status.connects, protocolErrors: status.protocolErrors,
+                    lastError: status.lastError),
+                activeSessions: store.sessionCount, activeClients: store.clientCount,
+                clients: Dictionary(uniqueKeysWithValues: store.clientsByKind.map { ($0.key.rawValue, $0.value) }),
+                framesRouted: counters.framesRouted, unknownSessionFrames: counters.unknownSessionFrames,
+                slowClientDrops: counters.slowClientDrops, slowClientDisconnects: counters.slowClientDisconnects,
+                rssBytes: ResourceUsage.residentBytes())
+        }
+        router.get("/health/session/:id") { _, context -> SessionHealth in
+            let id = try RouterApplication.sessionID(context)
+            let entry = store.findBySessionId(id)
+            let status = await directory.existing(id)?.state.status
+            return SessionHealth(
+                sessionID: id.description, known: entry != nil, status: status, clients: store.clients(of: id),
+                framesRouted: entry?.framesRouted ?? 0)
+        }
+        router.get("/metrics") { _, _ -> Response in
+            var headers = HTTPFields()
+            headers[.contentType] = "text/plain; version=0.0.4; charset=utf-8"
+            return Response(status: .ok, headers: headers, body: .init(byteBuffer: .init(string: await metrics())))
+        }
+    }
+
+    /// The Prometheus text exposition, read from the counters the Router keeps anyway.
+    func metrics() async -> String {
+        let counters = store.counters
+        let status = link.status
+        var text = ""
+        func metric(_ name: String, _ type: String, _ help: String, _ samples: [(String, UInt64)]) {
+            text += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
+            for (labels, value) in samples { text += "\(name)\(labels) \(value)\n" }
+        }
+        metric(
+            "tonearm_router_clients", "gauge", "Connected clients by kind.",
+            store.clientsByKind.sorted { $0.key.rawValue < $1.key.rawValue }.map { ("{kind=\"\($0.key.rawValue)\"}", UInt64($0.value)) })
+        metric("tonearm_router_sessions", "gauge", "Sessions the Router holds in memory.", [("", UInt64(store.sessionCount))])
+        metric("tonearm_router_frames_routed_total", "counter", "Opus frames handed to a session's clients.", [("", counters.framesRouted)])
+        metric(
+            "tonearm_router_frames_dropped_total", "counter",
+            "Frames dropped: stale (no such session at the Router) or slow_client (a client's buffer was full).",
+            [("{cause=\"stale\"}", counters.unknownSessionFrames), ("{cause=\"slow_client\"}", counters.slowClientDrops)])
+        metric(
+            "tonearm_router_slow_client_disconnects_total", "counter", "Clients disconnected for staying behind.",
+            [("", counters.slowClientDisconnects)])
+        metric(
+            "tonearm_router_engine_connects_total", "counter", "Successful connections to the engine socket (reconnects = this - 1).",
+            [("", status.connects)])
+        metric("tonearm_router_engine_connected", "gauge", "1 while the engine link is up.", [("", status.connected ? 1 : 0)])
+        metric(
+            "tonearm_router_engine_protocol_errors_total", "counter", "Engine links closed for a protocol error.",
+            [("", status.protocolErrors)])
+        metric("tonearm_router_stale_sessions_released_total", "counter", "Sessions released after the stale-session timeout.", [("", await directory.released)])
+        return text
+    }
+}

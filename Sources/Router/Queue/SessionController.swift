@@ -1,0 +1,378 @@
+// One session as the Router runs it: the queue value, the settings that outlive a track (volume,
+// loop), where the track is, and the map from the engine's play ids to queue generations. User
+// commands and engine events arrive here; the queue decides, the controller carries it out.
+//
+// Races are settled by two counters. The queue's generation names the play the engine should be
+// doing; an event of any other play is stale and dropped. The controller's `intent` counts the
+// user's commands that choose what plays; a play whose URL was still resolving when a newer such
+// command arrived is dropped, so the last click wins whatever order the resolves finish in.
+import Foundation
+import HTTPTypes
+import WireProtocol
+
+/// A command from a user or bot, the same over REST and WebSocket.
+enum SessionCommand: Sendable, Equatable {
+    case play(url: String)
+    case enqueue(url: String)
+    case remove(index: Int)
+    case clear
+    case jump(index: Int)
+    case next
+    case previous
+    case pause
+    case resume
+    case stop
+    case seek(positionMS: Int64)
+    case volume(Int)
+    case loop(LoopMode)
+    case shuffle
+}
+
+/// What is kept of a session across Router restarts.
+struct SessionSnapshot: Sendable, Equatable, Codable {
+    var queue = SessionQueue()
+    var volume = 100
+    var positionMS: Int64 = 0
+    /// The engine play of the queue's current generation, while there is one.
+    var playID: UInt64?
+
+    enum CodingKeys: String, CodingKey {
+        case queue, volume
+        case positionMS = "position_ms"
+        case playID = "play_id"
+    }
+}
+
+/// A session's state as clients see it (`GET /api/sessions/{id}`, `{"type":"state"}` messages).
+struct SessionState: Sendable, Equatable, Codable {
+    var type = "state"
+    var sessionID: String
+    /// `idle`, `starting`, `playing` or `paused`.
+    var status: String
+    var current: Int?
+    var nowPlaying: Track?
+    var queue: [Track]
+    var positionMS: Int64
+    var durationMS: Int64?
+    var volume: Int
+    var paused: Bool
+    var loop: LoopMode
+
+    enum CodingKeys: String, CodingKey {
+        case type, status, current, queue, volume, paused, loop
+        case sessionID = "session_id"
+        case nowPlaying = "now_playing"
+        case positionMS = "position_ms"
+        case durationMS = "duration_ms"
+    }
+
+    func json() -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.withoutEscapingSlashes, .sortedKeys]
+        return String(decoding: (try? encoder.encode(self)) ?? Data("{}".utf8), as: UTF8.self)
+    }
+}
+
+/// Where a controller's changes go: clients hear the new state, the database keeps it.
+struct SessionSink: Sendable {
+    /// A JSON text message for every client of the session.
+    var broadcast: @Sendable (SessionID, String) -> Void
+    /// The snapshot to persist (coalesced and written off the audio path).
+    var persist: @Sendable (SessionID, SessionSnapshot) -> Void
+}
+
+actor SessionController {
+    nonisolated let id: SessionID
+    private var snapshot: SessionSnapshot
+    /// When `snapshot.positionMS` was last true; the position moves on from there while playing.
+    private var positionAt = ContinuousClock.now
+    private var intent: UInt64 = 0
+    /// Engine play id → queue generation, for plays this controller started.
+    private var plays: [UInt64: UInt64] = [:]
+    /// Plays requested from the engine whose play id has not come back yet.
+    private var startsInFlight = 0
+    /// Events of plays whose id is not known yet (the socket can beat the HTTP answer).
+    private var unclaimed: [WireEvent] = []
+    /// The last time a play was in progress or the state changed (for releasing stale sessions).
+    private(set) var lastActive = ContinuousClock.now
+    private let engine: any EngineControl
+    private let sink: SessionSink
+    private let shuffleSeed: @Sendable () -> UInt64
+
+    init(
+        id: SessionID, snapshot: SessionSnapshot = SessionSnapshot(), engine: any EngineControl, sink: SessionSink,
+        shuffleSeed: @escaping @Sendable () -> UInt64 = { UInt64.random(in: .min ... .max) }
+    ) {
+        self.id = id
+        self.snapshot = snapshot
+        self.engine = engine
+        self.sink = sink
+        self.shuffleSeed = shuffleSeed
+        if let playID = snapshot.playID { plays[playID] = snapshot.queue.generation }
+    }
+
+    var queue: SessionQueue { snapshot.queue }
+    var saved: SessionSnapshot { snapshot }
+
+    /// The engine play this session believes is in progress.
+    var activePlayID: UInt64? { snapshot.queue.playback == .idle ? nil : snapshot.playID }
+
+    var isIdle: Bool { snapshot.queue.playback == .idle }
+
+    var state: SessionState {
+        let queue = snapshot.queue
+        return SessionState(
+            sessionID: id.description, status: "\(queue.playback)", current: queue.current,
+            nowPlaying: queue.currentTrack, queue: queue.tracks, positionMS: position,
+            durationMS: queue.currentTrack?.durationMS, volume: snapshot.volume, paused: queue.playback == .paused,
+            loop: queue.loop)
+    }
+
+    /// Where the current track is now, in ms.
+    var position: Int64 {
+        guard snapshot.queue.playback == .playing else { return snapshot.positionMS }
+        let elapsed = ContinuousClock.now - positionAt
+        let moved = elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000
+        let position = snapshot.positionMS + moved
+        return snapshot.queue.currentTrack?.durationMS.map { min(position, $0) } ?? position
+    }
+
+    // MARK: Commands
+
+    /// Carries out a command and answers the state after it.
+    @discardableResult
+    func perform(_ command: SessionCommand) async throws(APIError) -> SessionState {
+        lastActive = .now
+        switch command {
+        case .play(let url):
+            intent += 1
+            let ticket = intent
+            let tracks = try await engine.resolve(url).tracks
+            guard ticket == intent else {
+                throw APIError(
+                    status: .conflict, code: "superseded",
+                    message: "another command changed what plays while \(url) was being resolved; it was not played")
+            }
+            try await apply(.playNow(tracks[0]))
+            if tracks.count > 1 { try await apply(.enqueue(Array(tracks.dropFirst()), autoplay: false)) }
+        case .enqueue(let url):
+            let ticket = intent
+            let tracks = try await engine.resolve(url).tracks
+            try await apply(.enqueue(tracks, autoplay: ticket == intent))
+        case .remove(let index):
+            if index == snapshot.queue.current { intent += 1 }
+            try await apply(.remove(index: index))
+        case .clear:
+            intent += 1
+            try await apply(.clear)
+        case .jump(let index):
+            intent += 1
+            try await apply(.jump(index: index))
+        case .next:
+            intent += 1
+            try await apply(.next)
+        case .previous:
+            intent += 1
+            try await apply(.previous(positionMS: position))
+        case .stop:
+            intent += 1
+            try await apply(.stop)
+        case .pause:
+            try await apply(.pause)
+        case .resume:
+            try await apply(.resume)
+        case .seek(let target):
+            guard target >= 0 else { throw .badRequest("invalid_position", "position_ms must be 0 or more") }
+            guard snapshot.queue.playback == .playing || snapshot.queue.playback == .paused else {
+                throw APIError(status: .conflict, code: "invalid_state", message: "nothing is playing to seek in")
+            }
+            try await engine.control(id, "seek", ["position_ms": target])
+            setPosition(target)
+            changed()
+        case .volume(let volume):
+            guard (0...1000).contains(volume) else {
+                throw .badRequest("invalid_volume", "volume is a percentage from 0 to 1000 (100 = unchanged)")
+            }
+            if snapshot.queue.playback != .idle { try await engine.control(id, "volume", ["volume": Int64(volume)]) }
+            snapshot.volume = volume
+            changed()
+        case .loop(let mode):
+            try await apply(.setLoop(mode))
+        case .shuffle:
+            try await apply(.shuffle(seed: shuffleSeed()))
+        }
+        return state
+    }
+
+    /// Runs one queue input and carries out what it asks for.
+    private func apply(_ input: SessionQueue.Input) async throws(APIError) {
+        // Pause and resume change the queue only once the engine has done them.
+        if input == .pause || input == .resume, snapshot.queue.playback != .idle {
+            var trial = snapshot.queue
+            let action = trial.handle(input)
+            if case .refuse(let refusal) = action { throw Self.error(refusal) }
+            try await engine.control(id, input == .pause ? "pause" : "resume", [:])
+            if snapshot.queue.handle(input) != .none {
+                if input == .pause { setPosition(position) } else { positionAt = .now }
+                changed()
+            }
+            return
+        }
+        let resuming = input == .resume
+        let action = snapshot.queue.handle(input)
+        try await carryOut(action, startMS: resuming ? snapshot.positionMS : nil)
+    }
+
+    private func carryOut(_ action: SessionQueue.Action, startMS: Int64? = nil) async throws(APIError) {
+        switch action {
+        case .play(let track, let generation):
+            snapshot.playID = nil
+            setPosition(startMS ?? 0)
+            changed()
+            startsInFlight += 1
+            defer { startsInFlight -= 1 }
+            let playID: UInt64
+            do {
+                playID = try await engine.play(id, url: track.url, startMS: startMS, volume: snapshot.volume)
+            } catch {
+                // The engine refused: nothing plays now. Stop here rather than try every track.
+                if snapshot.queue.generation == generation {
+                    _ = snapshot.queue.handle(.finished(generation: generation, reason: .other))
+                    changed()
+                }
+                throw error
+            }
+            plays[playID] = generation
+            if snapshot.queue.generation == generation { snapshot.playID = playID }
+            let early = unclaimed.filter { $0.playID == playID }
+            unclaimed.removeAll { $0.playID == playID }
+            for event in early { handle(event) }
+            changed()
+        case .stop:
+            snapshot.playID = nil
+            changed()
+            try await engine.control(id, "stop", [:])
+        case .pause, .resume:
+            changed()
+        case .updated:
+            changed()
+        case .none:
+            break
+        case .refuse(let refusal):
+            throw Self.error(refusal)
+        }
+    }
+
+    // MARK: Engine events
+
+    /// An event of this session from the engine (in socket order).
+    func handle(_ event: WireEvent) {
+        guard let playID = event.playID else { return }
+        guard let generation = plays[playID] else {
+            // Possibly a play whose id is still on its way back over HTTP.
+            if startsInFlight > 0 && unclaimed.count < 64 { unclaimed.append(event) }
+            return
+        }
+        let current = generation == snapshot.queue.generation
+        switch event.type {
+        case .ready:
+            if current {
+                setPosition(event.positionMS ?? snapshot.positionMS)
+                lastActive = .now
+            }
+            if snapshot.queue.handle(.ready(generation: generation, title: event.title, durationMS: event.durationMS)) != .none {
+                changed()
+            }
+        case .finished:
+            plays.removeValue(forKey: playID)
+            let reason: SessionQueue.EndReason =
+                switch event.reason {
+                case .finished: .finished
+                case .error: .error
+                default: .other
+                }
+            guard current else { return }
+            lastActive = .now
+            snapshot.playID = nil
+            let action = snapshot.queue.handle(.finished(generation: generation, reason: reason))
+            if case .play = action {
+                // Auto-advance: the next play's HTTP call must not hold up other events.
+                Task { await self.advance(action) }
+            } else if action != .none {
+                setPosition(snapshot.positionMS)
+                changed()
+            }
+        case .progress, .seeked:
+            guard current, let position = event.positionMS else { return }
+            setPosition(position)
+            if event.type == .seeked { changed() } else { persistOnly() }
+        case .paused, .resumed:
+            guard current else { return }
+            if let position = event.positionMS { setPosition(position) }
+        case .volume:
+            if let volume = event.volume, current { snapshot.volume = volume }
+        default:
+            break
+        }
+    }
+
+    /// Starts the next track after an auto-advance; a refusal tells the clients.
+    private func advance(_ action: SessionQueue.Action) async {
+        do {
+            try await carryOut(action)
+        } catch {
+            sink.broadcast(id, ErrorEvent(sessionID: id.description, code: error.code, message: error.message).json())
+        }
+    }
+
+    /// After a restart of either process: the engine no longer has this session's play.
+    func playLost() {
+        guard let generation = snapshot.playID.flatMap({ plays[$0] }), generation == snapshot.queue.generation else {
+            return
+        }
+        if let playID = snapshot.playID { plays.removeValue(forKey: playID) }
+        snapshot.playID = nil
+        _ = snapshot.queue.handle(.finished(generation: generation, reason: .other))
+        changed()
+    }
+
+    // MARK: Helpers
+
+    private func setPosition(_ position: Int64) {
+        snapshot.positionMS = position
+        positionAt = .now
+    }
+
+    private func changed() {
+        sink.broadcast(id, state.json())
+        sink.persist(id, snapshot)
+    }
+
+    private func persistOnly() {
+        sink.persist(id, snapshot)
+    }
+
+    private static func error(_ refusal: SessionQueue.Refusal) -> APIError {
+        switch refusal {
+        case .badIndex(let message): .badRequest("invalid_index", message)
+        case .invalidState(let message): APIError(status: .conflict, code: "invalid_state", message: message)
+        }
+    }
+}
+
+/// An error the Router itself reports to a session's clients (`{"type":"error",…}`).
+struct ErrorEvent: Encodable {
+    var type = "error"
+    var sessionID: String
+    var code: String
+    var message: String
+
+    enum CodingKeys: String, CodingKey {
+        case type, code, message
+        case sessionID = "session_id"
+    }
+
+    func json() -> String {
+        String(decoding: (try? JSONEncoder().encode(self)) ?? Data("{}".utf8), as: UTF8.self)
+    }
+}

@@ -1,0 +1,267 @@
+// The controller replays the old races with an engine whose answers the test releases by hand:
+// resolves that finish late or out of order, a `ready` that beats the play's HTTP answer, an
+// auto-advance racing a skip. The real engine is exercised in the end-to-end tests.
+import Foundation
+import HTTPTypes
+import Synchronization
+import Testing
+import WireProtocol
+
+@testable import Router
+
+/// An engine whose resolves wait until the test lets them go, and which records every call.
+final class ScriptedEngine: EngineControl {
+    private struct State {
+        var calls: [String] = []
+        var nextPlayID: UInt64 = 1
+        var gates: [String: CheckedContinuation<Void, Never>] = [:]
+        var heldURLs: Set<String> = []
+        var refuse: Set<String> = []
+    }
+    private let state = Mutex(State())
+
+    /// Resolves of `url` wait for `release(url)`.
+    func hold(_ url: String) { state.withLock { _ = $0.heldURLs.insert(url) } }
+    func refusePlays(of url: String) { state.withLock { _ = $0.refuse.insert(url) } }
+
+    func release(_ url: String) {
+        let gate = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            state.heldURLs.remove(url)
+            return state.gates.removeValue(forKey: url)
+        }
+        gate?.resume()
+    }
+
+    var calls: [String] { state.withLock { $0.calls } }
+    var plays: [String] { calls.filter { $0.hasPrefix("play ") } }
+
+    /// Waits until a resolve of `url` is parked.
+    func waitUntilHeld(_ url: String) async {
+        while state.withLock({ $0.gates[url] == nil }) { try? await Task.sleep(for: .milliseconds(2)) }
+    }
+
+    func play(_ id: SessionID, url: String, startMS: Int64?, volume: Int) async throws(APIError) -> UInt64 {
+        await gate("play:" + url)
+        return try state.withLock { state throws(APIError) -> UInt64 in
+            state.calls.append("play \(url)" + (startMS.map { " from \($0)" } ?? ""))
+            if state.refuse.contains(url) {
+                throw APIError(status: .unprocessableContent, code: "source_not_found", message: "no such file")
+            }
+            defer { state.nextPlayID += 1 }
+            return state.nextPlayID
+        }
+    }
+
+    func control(_ id: SessionID, _ name: String, _ body: [String: Int64]) async throws(APIError) {
+        state.withLock { $0.calls.append(name) }
+    }
+
+    private func gate(_ key: String) async {
+        guard state.withLock({ $0.heldURLs.contains(key) }) else { return }
+        await withCheckedContinuation { continuation in
+            state.withLock { $0.gates[key] = continuation }
+        }
+    }
+
+    func resolve(_ url: String) async throws(APIError) -> Resolution {
+        if url.hasPrefix("bad") {
+            throw APIError(status: .unprocessableContent, code: "unresolvable", message: "cannot play \(url)")
+        }
+        await gate(url)
+        if url.hasPrefix("list") {
+            return Resolution(
+                url: url, title: "A list", is_playlist: true,
+                entries: (1...3).map { .init(url: "\(url)-\($0).mp3", title: "Entry \($0)") })
+        }
+        return Resolution(url: url, title: "Title of \(url)", duration_ms: 30_000)
+    }
+}
+
+@Suite struct SessionControllerTests {
+    let id = try! SessionID("guild-1")
+
+    /// The snapshots a controller asked to persist.
+    final class Persisted: Sendable {
+        private let snapshots = Mutex<[SessionSnapshot]>([])
+        func append(_ snapshot: SessionSnapshot) { snapshots.withLock { $0.append(snapshot) } }
+        var last: SessionSnapshot? { snapshots.withLock { $0.last } }
+    }
+
+    func controller(_ engine: ScriptedEngine, seed: UInt64 = 7) -> (SessionController, Persisted) {
+        let persisted = Persisted()
+        let sink = SessionSink(broadcast: { _, _ in }, persist: { _, snapshot in persisted.append(snapshot) })
+        return (SessionController(id: id, engine: engine, sink: sink, shuffleSeed: { seed }), persisted)
+    }
+
+    func ready(_ playID: UInt64, title: String? = nil) -> WireEvent {
+        WireEvent(type: .ready, sessionID: id, playID: playID, title: title, durationMS: 30_000, positionMS: 0)
+    }
+
+    func finished(_ playID: UInt64, _ reason: FinishReason) -> WireEvent {
+        WireEvent(type: .finished, sessionID: id, playID: playID, reason: reason)
+    }
+
+    @Test func doubleClickPlayPlaysOnlyTheLastClick() async throws {
+        let engine = ScriptedEngine()
+        let (controller, _) = controller(engine)
+        engine.hold("a.mp3")
+        // The first click's resolve is slow; the second click is resolved first.
+        let first = Task { try await controller.perform(.play(url: "a.mp3")) }
+        await engine.waitUntilHeld("a.mp3")
+        try await controller.perform(.play(url: "b.mp3"))
+        engine.release("a.mp3")
+        await #expect(throws: APIError.self) { try await first.value }
+        #expect(engine.plays == ["play b.mp3"])
+        let state = await controller.state
+        #expect(state.nowPlaying?.url == "b.mp3")
+        #expect(state.queue.map(\.url) == ["b.mp3"])
+    }
+
+    @Test func stopDuringResolveCancelsThePlay() async throws {
+        let engine = ScriptedEngine()
+        let (controller, _) = controller(engine)
+        engine.hold("slow.mp3")
+        let play = Task { try await controller.perform(.play(url: "slow.mp3")) }
+        await engine.waitUntilHeld("slow.mp3")
+        try await controller.perform(.stop)
+        engine.release("slow.mp3")
+        let error = await #expect(throws: APIError.self) { try await play.value }
+        #expect(error?.code == "superseded")
+        #expect(engine.plays.isEmpty)
+        #expect(await controller.state.status == "idle")
+    }
+
+    @Test func enqueueResolvedAfterTheUserMovedOnIsAddedButDoesNotStart() async throws {
+        let engine = ScriptedEngine()
+        let (controller, _) = controller(engine)
+        engine.hold("later.mp3")
+        let add = Task { try await controller.perform(.enqueue(url: "later.mp3")) }
+        await engine.waitUntilHeld("later.mp3")
+        try await controller.perform(.stop)
+        engine.release("later.mp3")
+        let state = try await add.value
+        #expect(state.queue.map(\.url) == ["later.mp3"])
+        #expect(state.status == "idle")
+        #expect(engine.plays.isEmpty)
+    }
+
+    @Test func readyBeforeThePlaysAnswerStillCounts() async throws {
+        let engine = ScriptedEngine()
+        let (controller, _) = controller(engine)
+        // The engine will answer play id 1; its `ready` arrives while the HTTP call is in flight.
+        engine.hold("play:a.mp3")
+        let play = Task { try await controller.perform(.play(url: "a.mp3")) }
+        await engine.waitUntilHeld("play:a.mp3")
+        await controller.handle(ready(1, title: "From the engine"))
+        #expect(await controller.state.status == "starting")
+        engine.release("play:a.mp3")
+        try await play.value
+        #expect(await controller.state.status == "playing")
+    }
+
+    @Test func autoAdvanceRacingASkipPlaysEachTrackOnce() async throws {
+        let engine = ScriptedEngine()
+        let (controller, _) = controller(engine)
+        try await controller.perform(.enqueue(url: "list"))
+        await controller.handle(ready(1))
+        // The track ends just as the user presses next: both advance from track 0, but only one
+        // of them may win; the late `finished` of the skipped play must not advance again.
+        try await controller.perform(.next)
+        await controller.handle(finished(1, .replaced))
+        await controller.handle(ready(2))
+        await controller.handle(finished(1, .finished))
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(engine.plays == ["play list-1.mp3", "play list-2.mp3"])
+        let state = await controller.state
+        #expect(state.current == 1)
+        #expect(state.status == "playing")
+    }
+
+    @Test func finishedAdvancesAndErrorMovesOnButStopsWhenEveryTrackFailed() async throws {
+        let engine = ScriptedEngine()
+        let (controller, _) = controller(engine)
+        try await controller.perform(.enqueue(url: "list"))
+        await controller.handle(ready(1))
+        await controller.handle(finished(1, .finished))
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(engine.plays.last == "play list-2.mp3")
+        await controller.handle(finished(2, .error))
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(engine.plays.last == "play list-3.mp3")
+        try await controller.perform(.loop(.queue))
+        await controller.handle(finished(3, .error))
+        try await Task.sleep(for: .milliseconds(50))
+        await controller.handle(finished(4, .error))
+        try await Task.sleep(for: .milliseconds(50))
+        await controller.handle(finished(5, .error))
+        try await Task.sleep(for: .milliseconds(50))
+        // list-2, list-3, list-1, list-2 failed in a row... the queue gives up after a full round.
+        #expect(engine.plays.count <= 6)
+        #expect(await controller.state.status == "idle")
+    }
+
+    @Test func previousAtTheFirstTrackRestartsIt() async throws {
+        let engine = ScriptedEngine()
+        let (controller, _) = controller(engine)
+        try await controller.perform(.enqueue(url: "list"))
+        await controller.handle(ready(1))
+        let state = try await controller.perform(.previous)
+        #expect(state.current == 0)
+        #expect(engine.plays == ["play list-1.mp3", "play list-1.mp3"])
+    }
+
+    @Test func anUnplayableURLIsRefusedAndTheQueueIsUntouched() async throws {
+        let engine = ScriptedEngine()
+        let (controller, _) = controller(engine)
+        try await controller.perform(.enqueue(url: "a.mp3"))
+        await controller.handle(ready(1))
+        let error = await #expect(throws: APIError.self) { try await controller.perform(.play(url: "bad-url")) }
+        #expect(error?.status == .unprocessableContent)
+        let state = await controller.state
+        #expect(state.queue.map(\.url) == ["a.mp3"])
+        #expect(state.status == "playing")
+    }
+
+    @Test func anEngineRefusalLeavesTheSessionIdleNotPlaying() async throws {
+        let engine = ScriptedEngine()
+        let (controller, _) = controller(engine)
+        engine.refusePlays(of: "gone.mp3")
+        await #expect(throws: APIError.self) { try await controller.perform(.play(url: "gone.mp3")) }
+        #expect(await controller.state.status == "idle")
+    }
+
+    @Test func settingsAndPositionArePersistedAndResumeAfterARestart() async throws {
+        let engine = ScriptedEngine()
+        let (controller, persisted) = controller(engine)
+        try await controller.perform(.enqueue(url: "list"))
+        await controller.handle(ready(1))
+        try await controller.perform(.volume(40))
+        try await controller.perform(.loop(.track))
+        await controller.handle(WireEvent(type: .progress, sessionID: id, playID: 1, positionMS: 12_000))
+        let last = try #require(persisted.last)
+        #expect(last.volume == 40)
+        #expect(last.queue.loop == .track)
+        #expect(last.positionMS == 12_000)
+        #expect(last.playID == 1)
+
+        // A new controller from that snapshot: the engine lost the play; resume starts where it was.
+        let sink = SessionSink(broadcast: { _, _ in }, persist: { _, _ in })
+        let again = SessionController(id: id, snapshot: last, engine: engine, sink: sink)
+        await again.playLost()
+        #expect(await again.state.status == "idle")
+        try await again.perform(.resume)
+        #expect(engine.plays.last == "play list-1.mp3 from 12000")
+        #expect(await again.state.volume == 40)
+    }
+
+    @Test func pauseAndSeekNeedSomethingPlaying() async throws {
+        let engine = ScriptedEngine()
+        let (controller, _) = controller(engine)
+        let pause = await #expect(throws: APIError.self) { try await controller.perform(.pause) }
+        #expect(pause?.status == .conflict)
+        let seek = await #expect(throws: APIError.self) { try await controller.perform(.seek(positionMS: 1_000)) }
+        #expect(seek?.status == .conflict)
+        let volume = await #expect(throws: APIError.self) { try await controller.perform(.volume(5_000)) }
+        #expect(volume?.status == .badRequest)
+    }
+}
