@@ -3,7 +3,7 @@
 #   make test  installs what is missing, builds, and runs every test
 
 SHELL := /bin/bash
-APT_PACKAGES := pkg-config libopus-dev libavcodec-dev libavformat-dev libswresample-dev libavutil-dev \
+APT_PACKAGES := pkg-config libopus-dev libavcodec-dev libavformat-dev libswresample-dev libavutil-dev libsqlite3-dev \
                 ffmpeg opus-tools python3
 PIP_PACKAGES := yt-dlp==2026.10.26
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -63,7 +63,7 @@ test: deps
 	swift build --build-tests
 	swift build -c release --product AudioEngine
 	swift build -c release --product Router
-	TONEARM_BIN_DIR="$$(swift build -c release --show-bin-path)" swift test --skip-build
+	TONEARM_BIN_DIR="$$(swift build -c release --show-bin-path)" swift test --skip-build --no-parallel
 
 clean:
 	rm -rf .build "$(DEMO_MEDIA)"

@@ -38,6 +38,12 @@ struct RouterConfiguration: Sendable {
         }
         if let value = environment["TONEARM_SOCKET"] { socketPath = value }
         if let value = environment["TONEARM_DATA_DIR"] { dataDirectory = value }
+        if let value = environment["TONEARM_CLIENT_BUFFER_FRAMES"] {
+            guard let frames = Int(value), (5...3000).contains(frames) else {
+                throw RouterConfigurationError(message: "TONEARM_CLIENT_BUFFER_FRAMES=\(value) is not a number of frames (5...3000)")
+            }
+            clientBufferFrames = frames
+        }
         if let value = environment["TONEARM_DATABASE"], !value.isEmpty { databasePath = value }
         if let value = environment["TONEARM_PING_INTERVAL"] { pingInterval = .seconds(try Self.seconds(value, "TONEARM_PING_INTERVAL")) }
         if let value = environment["TONEARM_STALE_SESSION_TIMEOUT"] {

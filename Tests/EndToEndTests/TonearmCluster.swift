@@ -20,8 +20,11 @@ final class TonearmCluster: @unchecked Sendable {
     let routerPort: Int
     private(set) var engine: BinaryProcess?
     private(set) var router: BinaryProcess?
+    /// Settings on top of the defaults below, for both processes.
+    let extraEnvironment: [String: String]
 
-    init(tones: [Int] = [440, 880, 660], seconds: Double = 30) throws {
+    init(tones: [Int] = [440, 880, 660], seconds: Double = 30, environment: [String: String] = [:]) throws {
+        extraEnvironment = environment
         directory = try TemporaryDirectory(prefix: "tonearm-e2e")
         mediaDirectory = directory.file("media")
         try FileManager.default.createDirectory(atPath: mediaDirectory, withIntermediateDirectories: true)
@@ -37,7 +40,7 @@ final class TonearmCluster: @unchecked Sendable {
             "TONEARM_ROUTER_HOST": "127.0.0.1", "TONEARM_ROUTER_PORT": "\(routerPort)",
             "TONEARM_ENGINE_URL": "http://127.0.0.1:\(enginePort)", "TONEARM_DATA_DIR": directory.file("data"),
             "TONEARM_BOT_TOKEN": Self.botToken,
-        ]
+        ].merging(extraEnvironment) { _, extra in extra }
     }
 
     func startEngine() throws {
@@ -111,17 +114,22 @@ final class SessionListener: Sendable {
 
     let session: String
     private let received = Mutex<[Received]>([])
+    private let outbound = Mutex<WebSocketOutboundWriter?>(nil)
     private let connected = Atomic<Bool>(false)
     private let task = Mutex<Task<Void, Never>?>(nil)
 
-    /// Listens to `session` with the bot token, or with a browser `token` (which names its session).
-    init(session: String, routerPort: Int, token: String? = nil) {
+    /// Listens to `session` with the bot token, or with a browser `token` (which names its session);
+    /// `bot` connects the way a bot does, at `/bot?guild=`.
+    init(session: String, routerPort: Int, token: String? = nil, bot: Bool = false) {
         self.session = session
         let url =
-            token.map { "ws://127.0.0.1:\(routerPort)/ws?token=\($0)" }
-            ?? "ws://127.0.0.1:\(routerPort)/ws?session=\(session)&token=\(TonearmCluster.botToken)"
+            bot
+            ? "ws://127.0.0.1:\(routerPort)/bot?guild=\(session)&token=\(TonearmCluster.botToken)"
+            : token.map { "ws://127.0.0.1:\(routerPort)/ws?token=\($0)" }
+                ?? "ws://127.0.0.1:\(routerPort)/ws?session=\(session)&token=\(TonearmCluster.botToken)"
         let handle = Task { [self] in
-            _ = try? await WebSocketClient.connect(url: url, logger: Logger(label: "listener")) { inbound, _, _ in
+            _ = try? await WebSocketClient.connect(url: url, logger: Logger(label: "listener")) { inbound, outbound, _ in
+                self.outbound.withLock { $0 = outbound }
                 self.connected.store(true, ordering: .relaxed)
                 for try await message in inbound.messages(maxSize: 1 << 16) {
                     let now = ContinuousClock.now
@@ -143,6 +151,24 @@ final class SessionListener: Sendable {
     var count: Int { received.withLock { $0.count } }
 
     func close() { task.withLock { $0?.cancel() } }
+
+    /// Sends a text message (a command) to the Router.
+    func send(_ text: String) async throws {
+        guard let outbound = outbound.withLock({ $0 }) else { throw FixtureError("not connected") }
+        try await outbound.write(.text(text))
+    }
+
+    /// The `reply` to the command sent with `id`, once it has arrived.
+    func reply(_ id: Int, timeout: Duration = .seconds(10)) async -> [String: Any]? {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if let reply = texts().first(where: { $0["type"] as? String == "reply" && ($0["id"] as? Int) == id }) {
+                return reply
+            }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        return nil
+    }
 
     /// Audio packets received after index `from` of `all`.
     func audio(from start: Int = 0) -> [(at: ContinuousClock.Instant, packet: [UInt8])] {

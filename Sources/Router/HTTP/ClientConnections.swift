@@ -55,6 +55,7 @@ struct ClientConnections {
         let controller = await directory.controller(for: id)
         let channel = context.requestContext.channel
         let logger = context.logger
+        await Self.limitBuffering(channel)
         let slowReason = NIOLockedValueBox<String?>(nil)
         let subscription = store.subscribe(id, kind: kind) { [closeGrace] reason in
             slowReason.withLockedValue { $0 = reason }
@@ -86,6 +87,15 @@ struct ClientConnections {
             try await group.next()
             group.cancelAll()
         }
+    }
+
+    /// Keeps what the kernel and NIO hold for one client to a few seconds of audio: Linux would
+    /// otherwise let a client that stopped reading queue up to 4 MB (minutes of Opus) before
+    /// its own bounded buffer in the store ever fills.
+    static func limitBuffering(_ channel: any Channel) async {
+        try? await channel.setOption(ChannelOptions.socketOption(.so_sndbuf), value: 32 * 1024)
+        try? await channel.setOption(
+            ChannelOptions.writeBufferWaterMark, value: ChannelOptions.Types.WriteBufferWaterMark(low: 8 * 1024, high: 16 * 1024))
     }
 
     /// Runs one WebSocket command and answers its reply message.
@@ -120,6 +130,7 @@ struct ClientConnections {
     /// The session as an endless Ogg Opus stream, for as long as the listener stays (and keeps up).
     private func listen(to id: SessionID, channel: any Channel, logger: Logger) async -> Response {
         _ = await directory.controller(for: id)
+        await Self.limitBuffering(channel)
         let subscription = store.subscribe(id, kind: .listener) { [closeGrace] reason in
             logger.warning("disconnecting a listener that stays behind", metadata: ["session.id": "\(id)", "reason": "\(reason)"])
             channel.eventLoop.scheduleTask(in: closeGrace) { channel.close(promise: nil) }

@@ -72,15 +72,18 @@ struct RouterApplication {
             try access.authorize(request, for: id)
             return await directory.controller(for: id).state
         }
-        router.post("/api/sessions/:id/:command") { request, context -> Response in
-            let id = try Self.sessionID(context)
-            try access.authorize(request, for: id)
-            var request = request
-            let body = try await request.collectBody(upTo: 64 * 1024)
-            let command = try CommandParsing.command(
-                context.parameters.get("command") ?? "",
-                arguments: CommandParsing.arguments(Data(body.readableBytesView)))
-            return try await perform(command, on: id)
+        // `queue` is also a DELETE path, so the router needs its POST spelled out.
+        for path: RouterPath in ["/api/sessions/:id/:command", "/api/sessions/:id/queue"] {
+            router.post(path) { request, context -> Response in
+                let id = try Self.sessionID(context)
+                try access.authorize(request, for: id)
+                var request = request
+                let body = try await request.collectBody(upTo: 64 * 1024)
+                let command = try CommandParsing.command(
+                    context.parameters.get("command") ?? "queue",
+                    arguments: CommandParsing.arguments(Data(body.readableBytesView)))
+                return try await perform(command, on: id)
+            }
         }
         router.delete("/api/sessions/:id/queue") { request, context -> Response in
             let id = try Self.sessionID(context)
