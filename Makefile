@@ -4,8 +4,8 @@
 
 SHELL := /bin/bash
 APT_PACKAGES := pkg-config libopus-dev libavcodec-dev libavformat-dev libswresample-dev libavutil-dev libsqlite3-dev \
-                ffmpeg opus-tools python3
-PIP_PACKAGES := yt-dlp==2026.10.26
+                ffmpeg opus-tools python3 chromium
+PIP_PACKAGES := yt-dlp==2026.10.26 playwright==1.49.1
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_MEDIA ?= $(CURDIR)/demo-media
 RUN_DIR ?= /tmp/tonearm-run

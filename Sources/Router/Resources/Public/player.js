@@ -1,116 +1,253 @@
-// The playground: subscribes to one session over /ws, decodes its Opus packets with WebCodecs
-// and plays them through Web Audio with a small jitter buffer.
+// The playground: one session per browser profile, its queue and controls, and its audio.
+import { Connection, explain, identity } from "/api.js";
+import { Player } from "/audio.js";
 
 const $ = (id) => document.getElementById(id);
-const sessionInput = $("session");
-let identity = JSON.parse(localStorage.getItem("tonearm.identity") || "null");
 
-// One anonymous identity per browser profile: every tab of this user shares its session.
-async function ensureIdentity() {
-  if (identity) return identity;
-  const response = await fetch("/api/identity", { method: "POST" });
-  identity = await response.json();
-  localStorage.setItem("tonearm.identity", JSON.stringify(identity));
-  return identity;
+// Inline icons: symbol characters depend on the fonts a device has; these do not.
+const ICONS = {
+  previous: '<path d="M6 5h2v14H6zM20 5v14L9 12z"/>',
+  play: '<path d="M7 5v14l12-7z"/>',
+  pause: '<path d="M6 5h4v14H6zM14 5h4v14h-4z"/>',
+  next: '<path d="M16 5h2v14h-2zM4 5v14l11-7z"/>',
+  stop: '<path d="M6 6h12v12H6z"/>',
+  volume: '<path d="M4 9v6h4l5 4V5L8 9z"/><path d="M16 8.5a5 5 0 0 1 0 7" fill="none" stroke="currentColor" stroke-width="2"/>',
+  muted: '<path d="M4 9v6h4l5 4V5L8 9z"/><path d="M16 9l5 6M21 9l-5 6" fill="none" stroke="currentColor" stroke-width="2"/>',
+};
+function icon(button, name) {
+  if (button.dataset.icon === name && button.firstChild) return;
+  button.dataset.icon = name;
+  button.innerHTML = `<svg viewBox="0 0 24 24" width="20" height="20" fill="currentColor" aria-hidden="true">${ICONS[name]}</svg>`;
 }
+document.querySelectorAll("[data-icon]").forEach((button) => icon(button, button.dataset.icon));
+const player = Player.supported ? new Player() : null;
+let state = null, stateAt = 0, seeking = false, mutedFrom = null;
 
-const START_BUFFER_S = 0.12; // start after ~120 ms buffered
-let audio, decoder, socket, playhead = 0, timestamp = 0;
-
-// What the page decoded, for tests and curious users: the last second of the left channel.
-const recent = new Float32Array(48000);
-let recentWrite = 0;
-window.tonearm = {
-  decodedFrames: 0,
-  lastSecond() {
-    const out = new Float32Array(recent.length);
-    out.set(recent.subarray(recentWrite));
-    out.set(recent.subarray(0, recentWrite), recent.length - recentWrite);
-    return out;
+const connection = new Connection({
+  onState: (next) => { state = next; stateAt = performance.now(); render(); },
+  onEvent,
+  onAudio: (packet) => player?.push(packet),
+  onConnection: (status) => {
+    const words = { connecting: "Connecting…", connected: "Connected", reconnecting: "Reconnecting…", offline: "Offline" };
+    $("connection").dataset.state = status;
+    $("connection").textContent = words[status] || status;
   },
-  contextState() { return audio ? audio.state : "none"; },
+});
+
+// What tests (and the curious) can read from the console.
+window.tonearm = {
+  get state() { return state; },
+  get connection() { return $("connection").dataset.state; },
+  get message() { return $("message").textContent; },
+  get stats() { return player ? { ...player.stats, depth: player.depth } : null; },
+  contextState: () => player?.state ?? "unsupported",
+  dominantFrequency: () => player?.dominantFrequency() ?? 0,
+  rms: (seconds) => player?.rms(seconds) ?? 0,
+  resetGaps: () => { if (player) player.stats.maxGapMs = 0; },
 };
 
-function setStatus(text) { $("status").textContent = text; }
+function say(text) { $("message").textContent = text || ""; }
 
-function ensureAudio() {
-  if (typeof AudioDecoder === "undefined") {
-    setStatus("This browser cannot decode Opus here (WebCodecs needs https or localhost).");
-    return false;
+async function run(op, args) {
+  player?.start();
+  try {
+    await connection.command(op, args);
+    say("");
+  } catch (error) {
+    if (error?.code !== "superseded") say(explain(error));
   }
-  if (!audio) audio = new AudioContext({ sampleRate: 48000, latencyHint: "interactive" });
-  if (audio.state === "suspended") audio.resume();
-  if (!decoder) {
-    decoder = new AudioDecoder({ output: schedule, error: (e) => setStatus("Decoder error: " + e.message) });
-    decoder.configure({ codec: "opus", sampleRate: 48000, numberOfChannels: 2 });
-  }
-  return true;
-}
-
-function schedule(data) {
-  const frames = data.numberOfFrames;
-  const buffer = audio.createBuffer(2, frames, 48000);
-  for (let c = 0; c < 2; c++) {
-    const channel = new Float32Array(frames);
-    data.copyTo(channel, { planeIndex: c, format: "f32-planar" });
-    buffer.copyToChannel(channel, c);
-    if (c === 0) {
-      for (let i = 0; i < frames; i++) { recent[recentWrite] = channel[i]; recentWrite = (recentWrite + 1) % recent.length; }
-    }
-  }
-  data.close();
-  window.tonearm.decodedFrames++;
-  const now = audio.currentTime;
-  // Behind the clock (start, or after a stall): restart with a fresh buffer instead of piling up delay.
-  if (playhead < now) playhead = now + START_BUFFER_S;
-  const source = audio.createBufferSource();
-  source.buffer = buffer;
-  source.connect(audio.destination);
-  source.start(playhead);
-  playhead += buffer.duration;
-}
-
-async function connect() {
-  const { token, session_id: id } = await ensureIdentity();
-  sessionInput.value = id;
-  if (socket) { socket.onclose = null; socket.close(); }
-  const scheme = location.protocol === "https:" ? "wss" : "ws";
-  socket = new WebSocket(`${scheme}://${location.host}/ws?token=${encodeURIComponent(token)}`);
-  socket.binaryType = "arraybuffer";
-  socket.onopen = () => setStatus(`Connected to session ${id}.`);
-  socket.onclose = () => { setStatus("Disconnected; reconnecting…"); setTimeout(connect, 1000); };
-  socket.onmessage = (message) => {
-    if (typeof message.data === "string") return onEvent(JSON.parse(message.data));
-    if (!decoder || decoder.state !== "configured") return;
-    decoder.decode(new EncodedAudioChunk({ type: "key", timestamp, data: message.data }));
-    timestamp += 20000;
-  };
 }
 
 function onEvent(event) {
-  if (event.type === "ready") $("now-playing").textContent = "Now playing: " + (event.title || event.url);
-  if (event.type === "finished") $("now-playing").textContent = event.reason === "finished" ? "Finished." : "Stopped.";
-  if (event.type === "error") setStatus("Cannot play this: " + event.message);
-}
-
-async function post(path, body) {
-  const { token, session_id: id } = await ensureIdentity();
-  const response = await fetch(`/api/sessions/${encodeURIComponent(id)}/${path}`, {
-    method: "POST",
-    headers: { "Content-Type": "application/json", "Authorization": `Bearer ${token}` },
-    body: body ? JSON.stringify(body) : undefined,
-  });
-  if (!response.ok) {
-    const problem = await response.json().catch(() => null);
-    setStatus(problem?.error?.message || `Request failed (${response.status}).`);
+  if (event.type === "error" && event.code !== "superseded") say(explain(event));
+  if (event.type === "finished") {
+    player?.idle();
+    if (event.code === "engine_restarted") say(explain(event));
   }
+  if (event.type === "paused") player?.idle();
+  if (event.type === "ready") say("");
 }
 
-$("controls").addEventListener("submit", (e) => {
-  e.preventDefault();
-  if (!ensureAudio()) return;
-  if (!socket || socket.readyState > 1) connect();
-  post("play", { url: $("url").value.trim() });
+// ---- rendering ------------------------------------------------------------------------------
+
+function time(ms) {
+  if (ms == null || !isFinite(ms)) return "–:––";
+  const seconds = Math.max(0, Math.floor(ms / 1000));
+  const h = Math.floor(seconds / 3600), m = Math.floor((seconds % 3600) / 60), s = seconds % 60;
+  return (h ? h + ":" + String(m).padStart(2, "0") : m) + ":" + String(s).padStart(2, "0");
+}
+
+function position() {
+  if (!state) return 0;
+  const moved = state.status === "playing" ? performance.now() - stateAt : 0;
+  return Math.min(state.position_ms + moved, state.duration_ms ?? Infinity);
+}
+
+function render() {
+  if (!state) return;
+  const track = state.now_playing;
+  $("title").textContent = track ? track.title || track.url : "Nothing playing";
+  const words = { idle: track ? "Stopped" : "Add something below.", starting: "Starting…", playing: "Playing", paused: "Paused" };
+  $("subtitle").textContent = words[state.status] || state.status;
+  $("thumbnail").hidden = !track?.thumbnail;
+  if (track?.thumbnail) $("thumbnail").src = track.thumbnail;
+  const playing = state.status === "playing" || state.status === "starting";
+  icon($("toggle"), playing ? "pause" : "play");
+  $("toggle").setAttribute("aria-label", playing ? "Pause" : "Play");
+  $("seek").disabled = !track || !state.duration_ms || state.status === "idle";
+  $("seek").max = state.duration_ms || 0;
+  $("total").textContent = time(state.duration_ms);
+  if (document.activeElement !== $("volume")) $("volume").value = Math.min(150, state.volume);
+  icon($("mute"), state.volume === 0 ? "muted" : "volume");
+  $("mute").setAttribute("aria-label", state.volume === 0 ? "Unmute" : "Mute");
+  $("loop").value = state.loop;
+  renderQueue();
+}
+
+function renderQueue() {
+  const list = $("queue");
+  list.replaceChildren(...state.queue.map((track, index) => {
+    const item = document.createElement("li");
+    if (index === state.current) { item.className = "current"; item.setAttribute("aria-current", "true"); }
+    const row = document.createElement("div");
+    row.className = "row";
+    const jump = document.createElement("button");
+    jump.className = "jump";
+    jump.textContent = track.title || track.url;
+    jump.title = "Play this";
+    jump.onclick = () => run("jump", { index });
+    const duration = document.createElement("span");
+    duration.className = "duration";
+    duration.textContent = track.duration_ms ? time(track.duration_ms) : "";
+    const remove = document.createElement("button");
+    remove.textContent = "✕";
+    remove.title = "Remove from the queue";
+    remove.setAttribute("aria-label", `Remove ${track.title || track.url}`);
+    remove.onclick = () => run("remove", { index });
+    row.append(jump, duration, remove);
+    item.append(row);
+    return item;
+  }));
+  $("queue-empty").hidden = state.queue.length > 0;
+}
+
+function tick() {
+  if (state && !seeking) {
+    const now = position();
+    $("elapsed").textContent = time(now);
+    $("seek").value = now;
+  }
+  requestAnimationFrame(tick);
+}
+
+// ---- search ---------------------------------------------------------------------------------
+
+const looksPlayable = (text) => /^[a-z]+:\/\//i.test(text) || /\.[a-z0-9]{2,5}$/i.test(text);
+let searchTimer = null, searchSerial = 0;
+
+function scheduleSearch() {
+  clearTimeout(searchTimer);
+  const text = $("url").value.trim();
+  if (text.length < 3 || looksPlayable(text)) return showResults([]);
+  searchTimer = setTimeout(async () => {
+    const serial = ++searchSerial;
+    try {
+      const results = await connection.search(text);
+      if (serial === searchSerial) showResults(results);
+    } catch (error) {
+      if (serial === searchSerial) { showResults([]); say(explain(error)); }
+    }
+  }, 400);
+}
+
+function showResults(results) {
+  const list = $("results");
+  list.hidden = results.length === 0;
+  list.replaceChildren(...results.map((result) => {
+    const item = document.createElement("li");
+    if (result.thumbnail) {
+      const image = document.createElement("img");
+      image.src = result.thumbnail;
+      image.alt = "";
+      item.append(image);
+    }
+    const text = document.createElement("span");
+    text.className = "grow";
+    text.textContent = `${result.title || result.url}${result.duration_ms ? " · " + time(result.duration_ms) : ""}`;
+    const play = document.createElement("button");
+    play.type = "button";
+    play.textContent = "Play";
+    play.onclick = () => { showResults([]); run("play", { url: result.url }); };
+    const add = document.createElement("button");
+    add.type = "button";
+    add.textContent = "Add";
+    add.onclick = () => { showResults([]); run("queue", { url: result.url }); };
+    item.append(text, play, add);
+    return item;
+  }));
+}
+
+// ---- wiring ---------------------------------------------------------------------------------
+
+function submit(op) {
+  const url = $("url").value.trim();
+  if (!url) return say(explain({ code: "missing_url" }));
+  showResults([]);
+  run(op, { url });
+}
+
+$("add").addEventListener("submit", (event) => { event.preventDefault(); submit("play"); });
+$("enqueue").addEventListener("click", () => submit("queue"));
+$("url").addEventListener("input", scheduleSearch);
+$("previous").onclick = () => run("previous");
+$("next").onclick = () => run("next");
+$("stop").onclick = () => run("stop");
+$("toggle").onclick = togglePlayback;
+$("shuffle").onclick = () => run("shuffle");
+$("clear").onclick = () => run("clear");
+$("loop").onchange = () => run("loop", { mode: $("loop").value });
+$("volume").onchange = () => { mutedFrom = null; run("volume", { volume: Number($("volume").value) }); };
+$("mute").onclick = () => {
+  if (!state) return;
+  if (state.volume === 0) run("volume", { volume: mutedFrom ?? 100 });
+  else { mutedFrom = state.volume; run("volume", { volume: 0 }); }
+};
+$("seek").addEventListener("input", () => { seeking = true; $("elapsed").textContent = time(Number($("seek").value)); });
+$("seek").addEventListener("change", async () => {
+  await run("seek", { position_ms: Math.round(Number($("seek").value)) });
+  seeking = false;
 });
-$("stop").addEventListener("click", () => post("stop"));
-connect();
+
+function togglePlayback() {
+  if (!state) return;
+  if (state.status === "playing" || state.status === "starting") return run("pause");
+  if (state.status === "paused" || state.now_playing) return run("resume");
+  if (state.queue.length) return run("jump", { index: 0 });
+  $("url").focus();
+}
+
+document.addEventListener("keydown", (event) => {
+  const typing = ["INPUT", "SELECT", "TEXTAREA"].includes(event.target.tagName) && event.target.type !== "range";
+  if (event.code === "Space" && !typing && event.target.tagName !== "BUTTON") {
+    event.preventDefault();
+    togglePlayback();
+  }
+});
+// Browsers that need a gesture before audio may play get one from the first click or key.
+document.addEventListener("pointerdown", () => player?.start(), { once: true });
+document.addEventListener("keydown", () => player?.start(), { once: true });
+
+async function main() {
+  const me = await identity();
+  $("session").textContent = me.session_id;
+  if (!player) {
+    $("fallback").hidden = false;
+    $("fallback-audio").src = `/listen/${encodeURIComponent(me.session_id)}.ogg?token=${encodeURIComponent(me.token)}`;
+  } else {
+    player.start();
+  }
+  await connection.open();
+  requestAnimationFrame(tick);
+}
+
+main().catch((error) => say(explain(error)));

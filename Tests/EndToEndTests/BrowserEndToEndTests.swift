@@ -1,0 +1,104 @@
+// The design's acceptance scenarios T1–T4 and the playground's controls in a real browser:
+// Debian's Chromium driven by Playwright (`Tests/Browser/playground.py`) against the real engine
+// and Router, judging what each page decoded. Screenshots land in `.build/screenshots`.
+import Foundation
+import Testing
+import TestSupport
+
+@Suite(.serialized) struct BrowserEndToEndTests {
+    static let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
+
+    /// Starts both processes with tones, 2 s tones for the queue and a stepped tone for seeking.
+    func cluster() async throws -> TonearmCluster {
+        let cluster = try TonearmCluster(tones: [440, 660, 880], seconds: 30)
+        for frequency in [550, 770] {
+            _ = try MediaFixture.tone(frequency, seconds: 2, into: cluster.mediaDirectory, name: "short-\(frequency).mp3")
+        }
+        _ = try Signal.steps(seconds: 12, into: cluster.mediaDirectory, name: "steps.mp3")
+        try await cluster.startBoth()
+        return cluster
+    }
+
+    /// Runs one scenario of the Playwright script; `onPlaying` runs when it prints `PLAYING`.
+    func browse(
+        _ cluster: TonearmCluster, _ scenario: String, onPlaying: @escaping @Sendable () async throws -> Void = {}
+    ) async throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = [
+            "python3", Self.packageRoot.appendingPathComponent("Tests/Browser/playground.py").path,
+            cluster.routerURL + "/", scenario,
+            "--screenshots", Self.packageRoot.appendingPathComponent(".build/screenshots").path,
+        ]
+        let output = Pipe(), input = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        process.standardInput = input
+        try process.run()
+        let reader = output.fileHandleForReading
+        var transcript = ""
+        var line = Data()
+        while let byte = try await Task.detached(operation: { try reader.read(upToCount: 1) }).value, !byte.isEmpty {
+            if byte != Data("\n".utf8) {
+                line.append(byte)
+                continue
+            }
+            let text = String(decoding: line, as: UTF8.self)
+            transcript += text + "\n"
+            line.removeAll()
+            if text == "PLAYING" {
+                try await onPlaying()
+                try input.fileHandleForWriting.write(contentsOf: Data("go\n".utf8))
+            }
+        }
+        while process.isRunning { try await Task.sleep(for: .milliseconds(20)) }
+        print("browser \(scenario):\n\(transcript)")
+        #expect(process.terminationStatus == 0, "\(scenario):\n\(transcript)")
+    }
+
+    @Test func t1AndT2TwoUsersHearOnlyTheirOwnTones() async throws {
+        let cluster = try await cluster()
+        defer { Task { [cluster] in await cluster.stop() } }
+        try await browse(cluster, "isolation")
+    }
+
+    @Test func t3StoppingOneTabLeavesTheOtherPlaying() async throws {
+        let cluster = try await cluster()
+        defer { Task { [cluster] in await cluster.stop() } }
+        try await browse(cluster, "stop")
+    }
+
+    @Test func t4PlayNowReplacesTheAudio() async throws {
+        let cluster = try await cluster()
+        defer { Task { [cluster] in await cluster.stop() } }
+        try await browse(cluster, "replace")
+    }
+
+    @Test func pauseVolumeMuteAndSeekFromThePage() async throws {
+        let cluster = try await cluster()
+        defer { Task { [cluster] in await cluster.stop() } }
+        try await browse(cluster, "controls")
+    }
+
+    @Test func theQueueAdvancesAndASecondTabJoinsWithinASecond() async throws {
+        let cluster = try await cluster()
+        defer { Task { [cluster] in await cluster.stop() } }
+        try await browse(cluster, "queue")
+    }
+
+    @Test func errorsInWordsAndTheLayoutAtPhoneAndDesktopWidths() async throws {
+        let cluster = try await cluster()
+        defer { Task { [cluster] in await cluster.stop() } }
+        try await browse(cluster, "errors")
+    }
+
+    @Test func thePageRecoversWhenTheEngineRestarts() async throws {
+        let cluster = try await cluster()
+        defer { Task { [cluster] in await cluster.stop() } }
+        try await browse(cluster, "restart") {
+            await cluster.engine?.kill()
+            try cluster.startEngine()
+        }
+    }
+}
