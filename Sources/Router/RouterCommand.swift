@@ -59,7 +59,7 @@ enum RouterService {
             router: router,
             server: .http1WebSocketUpgrade(
                 webSocketRouter: router,
-                configuration: .init(maxFrameSize: 1 << 16, autoPing: .enabled(timePeriod: configuration.pingInterval))),
+                configuration: .init(ws: .init(maxFrameSize: 1 << 16, autoPing: .enabled(timePeriod: configuration.pingInterval)))),
             configuration: .init(
                 address: .hostname(configuration.host, port: configuration.port), serverName: "tonearm-router"),
             logger: logger)

@@ -201,7 +201,40 @@ def restart(browser, url, _):
     check(hears(a.page, 440, 10), "play continues after the restart")
 
 
-SCENARIOS = {f.__name__: f for f in [isolation, stop, replace, controls, queue, errors, restart]}
+def guilds(browser, url, _):
+    import json, urllib.request
+
+    def rest(method, path, body=None, token=None):
+        request = urllib.request.Request(url.rstrip("/") + path, method=method,
+                                         data=json.dumps(body).encode() if body is not None else None,
+                                         headers={"Authorization": f"Bearer {token or BOT_TOKEN}",
+                                                  "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, json.load(response)
+        except urllib.error.HTTPError as error:
+            return error.code, json.load(error)
+
+    check(rest("POST", "/api/sessions/81384788765712384/play", {"url": "tone-440.mp3"})[0] == 202, "a bot plays in a guild")
+    check(rest("POST", "/api/sessions/41771983423143937/queue", {"url": "tone-880.mp3"})[0] == 200, "and in another")
+    page = browser.new_context().new_page()
+    page.goto(url.rstrip("/") + "/guilds")
+    page.fill("#token", "not-the-token")
+    page.click("#sign-in button")
+    check(wait(lambda: "not the bot token" in page.text_content("#message"), 5), "a wrong token is refused in words")
+    page.fill("#token", BOT_TOKEN)
+    page.click("#sign-in button")
+    rows = "#guilds tbody tr"
+    check(wait(lambda: page.locator(rows).count() == 2, 5), "both live guilds are listed")
+    first = page.locator('tr[data-guild="81384788765712384"]')
+    check(wait(lambda: "tone-440.mp3" in first.text_content() and "playing" in first.text_content(), 5), "with what they play")
+    first.locator('button[data-op="pause"]').click()
+    check(wait(lambda: rest("GET", "/api/sessions/81384788765712384")[1].get("status") == "paused", 5), "pause from the page pauses the guild")
+    check(wait(lambda: first.locator('button[data-op="resume"]').count() == 1, 3), "the row offers resume")
+
+
+BOT_TOKEN = os.environ.get("TONEARM_BOT_TOKEN", "test-bot-token")
+SCENARIOS = {f.__name__: f for f in [isolation, stop, replace, controls, queue, errors, restart, guilds]}
 
 
 def main():

@@ -93,6 +93,12 @@ import TestSupport
         try await browse(cluster, "errors")
     }
 
+    @Test func botOperatorsSeeAndControlTheLiveGuilds() async throws {
+        let cluster = try await cluster()
+        defer { Task { [cluster] in await cluster.stop() } }
+        try await browse(cluster, "guilds")
+    }
+
     @Test func thePageRecoversWhenTheEngineRestarts() async throws {
         let cluster = try await cluster()
         defer { Task { [cluster] in await cluster.stop() } }

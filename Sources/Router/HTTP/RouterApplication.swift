@@ -41,6 +41,10 @@ struct RouterApplication {
             access.tokens.issue()
         }
         addSessionRoutes(to: router)
+        router.get("/api/sessions") { request, _ -> SessionListing in
+            try access.requireBot(request)
+            return SessionListing(sessions: await directory.listing())
+        }
         router.get("/api/search") { request, _ -> Response in
             _ = try access.anyone(request)
             guard let query = request.uri.queryParameters["q"].map(String.init), !query.isEmpty else {
@@ -130,4 +134,9 @@ struct RouterApplication {
 }
 
 extension SessionState: ResponseEncodable {}
+
+/// `GET /api/sessions`: the live sessions, for bot operators.
+struct SessionListing: ResponseEncodable {
+    var sessions: [SessionState]
+}
 extension Resolution: ResponseEncodable {}

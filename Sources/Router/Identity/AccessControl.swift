@@ -42,12 +42,18 @@ struct AccessControl: Sendable {
     /// A bot connection: the bot token is required, whatever the session.
     func bot(_ request: Request) throws(APIError) -> SessionID {
         let id = try RouterApplication.sessionID(query: request.uri.queryParameters["guild"].map(String.init))
+        try requireBot(request)
+        return id
+    }
+
+    /// Only the bot token passes (401 without a valid token, 403 with a browser's).
+    func requireBot(_ request: Request) throws(APIError) {
         guard let token = Self.token(in: request) else {
             throw APIError(status: .unauthorized, code: "unauthorized", message: "the bot token is required (Authorization: Bearer or ?token=)")
         }
-        if let botToken, Self.constantTimeEqual(token, botToken) { return id }
+        if let botToken, Self.constantTimeEqual(token, botToken) { return }
         if tokens.verify(token) != nil {
-            throw APIError(status: .forbidden, code: "forbidden", message: "only the bot token may open a bot connection")
+            throw APIError(status: .forbidden, code: "forbidden", message: "only the bot token may do this")
         }
         throw APIError(status: .unauthorized, code: "unauthorized", message: "the token is not valid")
     }

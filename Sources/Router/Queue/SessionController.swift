@@ -57,9 +57,11 @@ struct SessionState: Sendable, Equatable, Codable {
     var volume: Int
     var paused: Bool
     var loop: LoopMode
+    /// Connected clients, in the operator's listing (`GET /api/sessions`) only.
+    var clients: Int?
 
     enum CodingKeys: String, CodingKey {
-        case type, status, current, queue, volume, paused, loop
+        case type, status, current, queue, volume, paused, loop, clients
         case sessionID = "session_id"
         case nowPlaying = "now_playing"
         case positionMS = "position_ms"

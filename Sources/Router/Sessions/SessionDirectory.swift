@@ -50,6 +50,17 @@ actor SessionDirectory {
 
     var count: Int { controllers.count }
 
+    /// Every session in memory, with its client count, ordered by id (the operator's view).
+    func listing() async -> [SessionState] {
+        var states: [SessionState] = []
+        for (id, controller) in controllers.sorted(by: { $0.key.description < $1.key.description }) {
+            var state = await controller.state
+            state.clients = store.subscriberCount(id)
+            states.append(state)
+        }
+        return states
+    }
+
     /// At start: brings back every stored session that was playing, so its events are followed.
     func restore() async {
         guard let database else { return }
