@@ -4,9 +4,11 @@ Router, and checks what each page decoded through its `window.tonearm` hook.
 
   playground.py ROUTER_URL SCENARIO [--screenshots DIR]
 
-Scenarios: isolation (T1, T2), stop (T3), replace (T4), controls, queue, errors, restart.
-Exits 0 when every check passed, else prints the failures and exits 1. The `restart` scenario
-prints `PLAYING` and waits for a line on stdin (sent after the test restarted the engine).
+Scenarios: isolation (T1, T2), stop (T3), replace (T4), controls, queue, errors, restart, guilds,
+search, fallback, stall.
+Exits 0 when every check passed, else prints the failures and exits 1. The `restart` and `stall`
+scenarios print `PLAYING` and wait for a line on stdin (sent after the test restarted the engine,
+or froze the Router for a moment).
 """
 import argparse, os, sys, time
 from playwright.sync_api import sync_playwright
@@ -201,6 +203,21 @@ def restart(browser, url, _):
     check(hears(a.page, 440, 10), "play continues after the restart")
 
 
+def stall(browser, url, _):
+    a = User(browser, url)
+    play(a.page, "tone-440.mp3")
+    check(hears(a.page, 440), "plays before the stall")
+    before = a.page.evaluate("tonearm.stats")
+    print("PLAYING", flush=True)
+    sys.stdin.readline()  # the Router was frozen for 1.5 s meanwhile
+    check(wait(lambda: a.page.evaluate("tonearm.stats.decoded") > before["decoded"] + 100, 5), "audio flows again after the stall")
+    time.sleep(1)
+    after = a.page.evaluate("tonearm.stats")
+    check(after["underruns"] > before["underruns"], f"the stall was an underrun ({before['underruns']} → {after['underruns']})")
+    check(after["lead"] <= after["depth"] + 0.12, f"no delay piled up: {after['lead'] * 1000:.0f} ms buffered (depth {after['depth'] * 1000:.0f} ms)")
+    check(abs(frequency(a.page) - 440) <= 5, "the same tone continues")
+
+
 def guilds(browser, url, _):
     import json, urllib.request
 
@@ -233,8 +250,32 @@ def guilds(browser, url, _):
     check(wait(lambda: first.locator('button[data-op="resume"]').count() == 1, 3), "the row offers resume")
 
 
+def search(browser, url, _):
+    a = User(browser, url)
+    a.page.fill("#url", "lofi beats")
+    check(wait(lambda: a.page.locator("#results li").count() == 8, 5), "typing words shows search results")
+    first = a.page.locator("#results li").first.text_content()
+    check("lofi beats 1" in first and "1:01" in first, f"a result has its title and duration: {first!r}")
+    a.page.fill("#url", "tone-440.mp3")
+    check(wait(lambda: a.page.locator("#results li").count() == 0, 3), "a file name does not search")
+
+
+def fallback(browser, url, _):
+    # A host name other than localhost is not a secure context: no WebCodecs there.
+    insecure = url.replace("127.0.0.1", "tonearm.test")
+    page = browser.new_context().new_page()
+    page.goto(insecure)
+    page.wait_for_function("window.tonearm && window.tonearm.connection === 'connected'", timeout=10000)
+    check(page.evaluate("typeof AudioDecoder") == "undefined", "the test page really lacks WebCodecs")
+    check(page.is_visible("#fallback") and "WebCodecs" in page.text_content("#fallback"), "the page says so plainly")
+    play(page, "tone-440.mp3")
+    page.eval_on_selector("#fallback-audio", "a => a.play()")
+    check(wait(lambda: page.eval_on_selector("#fallback-audio", "a => a.currentTime") > 1.0, 10),
+          "the Ogg stream plays in the <audio> element instead")
+
+
 BOT_TOKEN = os.environ.get("TONEARM_BOT_TOKEN", "test-bot-token")
-SCENARIOS = {f.__name__: f for f in [isolation, stop, replace, controls, queue, errors, restart, guilds]}
+SCENARIOS = {f.__name__: f for f in [isolation, stop, replace, controls, queue, errors, restart, guilds, search, fallback, stall]}
 
 
 def main():
@@ -247,7 +288,8 @@ def main():
         os.makedirs(args.screenshots, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM,
-                                    args=["--no-sandbox", "--autoplay-policy=no-user-gesture-required"])
+                                    args=["--no-sandbox", "--autoplay-policy=no-user-gesture-required",
+                                          "--host-resolver-rules=MAP tonearm.test 127.0.0.1"])
         try:
             SCENARIOS[args.scenario](browser, args.url, args.screenshots)
         except Exception as error:  # a timeout or a missing element is a failure, with its reason

@@ -10,8 +10,8 @@ import TestSupport
         .deletingLastPathComponent()
 
     /// Starts both processes with tones, 2 s tones for the queue and a stepped tone for seeking.
-    func cluster() async throws -> TonearmCluster {
-        let cluster = try TonearmCluster(tones: [440, 660, 880], seconds: 30)
+    func cluster(environment: [String: String] = [:]) async throws -> TonearmCluster {
+        let cluster = try TonearmCluster(tones: [440, 660, 880], seconds: 30, environment: environment)
         for frequency in [550, 770] {
             _ = try MediaFixture.tone(frequency, seconds: 2, into: cluster.mediaDirectory, name: "short-\(frequency).mp3")
         }
@@ -97,6 +97,30 @@ import TestSupport
         let cluster = try await cluster()
         defer { Task { [cluster] in await cluster.stop() } }
         try await browse(cluster, "guilds")
+    }
+
+    @Test func wordsInTheBoxSearch() async throws {
+        let fake = Self.packageRoot.appendingPathComponent("Tests/Fixtures/fake-yt-dlp").path
+        let cluster = try await cluster(environment: ["TONEARM_YTDLP": fake])
+        defer { Task { [cluster] in await cluster.stop() } }
+        try await browse(cluster, "search")
+    }
+
+    @Test func withoutWebCodecsThePageOffersTheOggStream() async throws {
+        let cluster = try await cluster()
+        defer { Task { [cluster] in await cluster.stop() } }
+        try await browse(cluster, "fallback")
+    }
+
+    @Test func thePageRecoversFromAStallWithoutAddingDelay() async throws {
+        let cluster = try await cluster()
+        defer { Task { [cluster] in await cluster.stop() } }
+        try await browse(cluster, "stall") {
+            let pid = try #require(cluster.router?.pid)
+            kill(pid, SIGSTOP)
+            try await Task.sleep(for: .milliseconds(1500))
+            kill(pid, SIGCONT)
+        }
     }
 
     @Test func thePageRecoversWhenTheEngineRestarts() async throws {

@@ -35,6 +35,9 @@ export class Player {
 
   get state() { return this.context ? this.context.state : "none"; }
 
+  /** Seconds of audio scheduled ahead of what is being heard (the delay the buffer adds). */
+  get lead() { return this.context ? Math.max(0, this.playhead - this.context.currentTime) : 0; }
+
   push(packet) {
     const now = performance.now();
     if (this.stats.lastArrival) this.stats.maxGapMs = Math.max(this.stats.maxGapMs, now - this.stats.lastArrival);
@@ -68,7 +71,7 @@ export class Player {
       }
       this.playhead = now + this.depth;
       this.calmSince = now;
-    } else if (this.playhead - now > this.depth + 0.15) {
+    } else if (this.playhead - now > this.depth + 0.1) {
       // A burst after a stall: skip this frame rather than keep the extra delay.
       this.stats.skipped++;
       return;

@@ -39,7 +39,7 @@ window.tonearm = {
   get state() { return state; },
   get connection() { return $("connection").dataset.state; },
   get message() { return $("message").textContent; },
-  get stats() { return player ? { ...player.stats, depth: player.depth } : null; },
+  get stats() { return player ? { ...player.stats, depth: player.depth, lead: player.lead } : null; },
   contextState: () => player?.state ?? "unsupported",
   dominantFrequency: () => player?.dominantFrequency() ?? 0,
   rms: (seconds) => player?.rms(seconds) ?? 0,
