@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
-"""A deliberately badly behaved WebSocket client for the Router's tests (standard library only).
+"""A raw WebSocket client for the Router's tests and the deployment smoke test (standard library
+only; ffmpeg decodes).
 
   ws_probe.py URL stall SECONDS   handshake, then read nothing for SECONDS (tiny receive buffer);
                                   then drain what is left and report how the connection ended
   ws_probe.py URL nopong SECONDS  read everything but never answer a ping; report the close
+  ws_probe.py URL record SECONDS OUT.ogg
+                                  keep the binary (Opus) messages as an Ogg Opus file; print how many
+  ws_probe.py tone FILE           print the dominant frequency (Hz) of an audio file
 
-Prints one JSON line: {"upgraded", "close_code", "close_reason", "ended", "seconds", "bytes"}.
+stall and nopong print one JSON line: {"upgraded", "close_code", "close_reason", "ended", "seconds", "bytes"}.
 """
-import base64, json, os, socket, struct, sys, time
+import base64, json, os, socket, struct, subprocess, sys, time
 from urllib.parse import urlparse
 
 
@@ -60,8 +64,55 @@ def frames(sock, deadline):
             buffer = buffer[offset + length:]
 
 
+CRC_TABLE = []
+for i in range(256):
+    r = i << 24
+    for _ in range(8):
+        r = ((r << 1) ^ 0x04C11DB7) if r & 0x80000000 else (r << 1)
+    CRC_TABLE.append(r & 0xFFFFFFFF)
+
+
+def ogg_page(packet, sequence, granule, flags):
+    segments = [255] * (len(packet) // 255) + [len(packet) % 255]
+    header = struct.pack("<4sBBqIII", b"OggS", 0, flags, granule, 1, sequence, 0) + bytes([len(segments)] + segments)
+    page = bytearray(header + packet)
+    crc = 0
+    for byte in page:
+        crc = ((crc << 8) ^ CRC_TABLE[((crc >> 24) ^ byte) & 0xFF]) & 0xFFFFFFFF
+    page[22:26] = struct.pack("<I", crc)
+    return bytes(page)
+
+
+def record(url, seconds, out):
+    sock, upgraded = connect(url)
+    if not upgraded:
+        sys.exit("no WebSocket upgrade")
+    packets = [payload for opcode, payload in frames(sock, time.monotonic() + seconds) if opcode == 2]
+    with open(out, "wb") as f:
+        f.write(ogg_page(b"OpusHead" + struct.pack("<BBHIhB", 1, 2, 312, 48000, 0, 0), 0, 0, 2))
+        f.write(ogg_page(b"OpusTags" + struct.pack("<I", 5) + b"probe" + struct.pack("<I", 0), 1, 0, 0))
+        for i, packet in enumerate(packets):
+            f.write(ogg_page(packet, i + 2, 960 * (i + 1), 4 if i == len(packets) - 1 else 0))
+    print(len(packets))
+
+
+def tone(path):
+    pcm = subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-i", path, "-ac", "1", "-ar", "48000",
+                          "-f", "s16le", "-"], check=True, capture_output=True).stdout
+    samples = struct.unpack(f"<{len(pcm) // 2}h", pcm)[24000:]  # skip the first half second
+    if len(samples) < 24000:
+        print(0)
+        return
+    crossings = sum(1 for a, b in zip(samples, samples[1:]) if (a < 0) != (b < 0))
+    print(round(crossings / 2 / (len(samples) / 48000)))
+
+
 def main():
+    if sys.argv[1] == "tone":
+        return tone(sys.argv[2])
     url, mode, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    if mode == "record":
+        return record(url, seconds, sys.argv[4])
     started = time.monotonic()
     sock, upgraded = connect(url, rcvbuf=4096 if mode == "stall" else None)
     report = {"upgraded": upgraded, "close_code": None, "close_reason": None, "ended": False, "bytes": 0}

@@ -93,9 +93,10 @@ struct ClientConnections {
     /// otherwise let a client that stopped reading queue up to 4 MB (minutes of Opus) before
     /// its own bounded buffer in the store ever fills.
     static func limitBuffering(_ channel: any Channel) async {
-        try? await channel.setOption(ChannelOptions.socketOption(.so_sndbuf), value: 32 * 1024)
+        try? await channel.setOption(ChannelOptions.socketOption(.so_sndbuf), value: 32 * 1024).get()
         try? await channel.setOption(
-            ChannelOptions.writeBufferWaterMark, value: ChannelOptions.Types.WriteBufferWaterMark(low: 8 * 1024, high: 16 * 1024))
+            ChannelOptions.writeBufferWaterMark, value: ChannelOptions.Types.WriteBufferWaterMark(low: 8 * 1024, high: 16 * 1024)
+        ).get()
     }
 
     /// Runs one WebSocket command and answers its reply message.

@@ -39,13 +39,11 @@ struct SessionDatabase: Sendable {
 
     /// Every stored session whose queue was playing or paused when it was last written.
     func loadActive() async throws -> [SessionID: SessionSnapshot] {
-        let rows = try await writer.read { db in
-            try Row.fetchAll(db, sql: "SELECT id, snapshot FROM session")
+        let rows: [(id: String, json: String)] = try await writer.read { db in
+            try Row.fetchAll(db, sql: "SELECT id, snapshot FROM session").map { row in (row["id"], row["snapshot"]) }
         }
         var active: [SessionID: SessionSnapshot] = [:]
-        for row in rows {
-            let raw: String = row["id"]
-            let json: String = row["snapshot"]
+        for (raw, json) in rows {
             guard let id = try? SessionID(raw),
                 let snapshot = try? JSONDecoder().decode(SessionSnapshot.self, from: Data(json.utf8)),
                 snapshot.queue.playback != .idle

@@ -93,7 +93,9 @@ actor SessionDirectory {
     func releaseStale(idleFor: Duration) async {
         let cutoff = ContinuousClock.now - idleFor
         for (id, controller) in controllers {
-            guard store.subscriberCount(id) == 0, await controller.isIdle, await controller.lastActive < cutoff else { continue }
+            guard store.subscriberCount(id) == 0, await controller.isIdle, await controller.lastActive < cutoff,
+                (store.lastSeen(id) ?? cutoff) <= cutoff
+            else { continue }
             controllers.removeValue(forKey: id)
             store.release(id)
             released += 1

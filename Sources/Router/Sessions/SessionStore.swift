@@ -132,6 +132,9 @@ final class SessionStore: Sendable {
 
     func subscriberCount(_ id: SessionID) -> Int { state.withLock { $0.entries[id]?.subscribers.count ?? 0 } }
 
+    /// When the last client of `id` left (or when the session became known).
+    func lastSeen(_ id: SessionID) -> ContinuousClock.Instant? { state.withLock { $0.entries[id]?.lastSeen } }
+
     func clients(of id: SessionID) -> [ClientInfo] {
         let now = Date()
         return state.withLock { state in
