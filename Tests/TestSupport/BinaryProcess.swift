@@ -1,6 +1,7 @@
 // Starts the real AudioEngine and Router executables for end-to-end tests, and stops or kills
 // them like an operator (or a crash) would.
 import Foundation
+import Synchronization
 
 /// A running executable of this package, its output captured to a log file.
 public final class BinaryProcess: @unchecked Sendable {
@@ -40,6 +41,7 @@ public final class BinaryProcess: @unchecked Sendable {
         process.standardOutput = log
         process.standardError = log
         try process.run()
+        LiveChildren.add(process.processIdentifier)
     }
 
     public var isRunning: Bool { process.isRunning }
@@ -62,12 +64,34 @@ public final class BinaryProcess: @unchecked Sendable {
     }
 
     public func waitForExit(timeout: Duration) async -> Bool {
-        await eventually(timeout: timeout) { !process.isRunning }
+        let exited = await eventually(timeout: timeout) { !process.isRunning }
+        if exited { LiveChildren.remove(process.processIdentifier) }
+        return exited
     }
 
     public var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
 
     deinit {
         if process.isRunning { Foundation.kill(process.processIdentifier, SIGKILL) }
+    }
+}
+
+/// Children still running when the test process exits are killed, so a test whose clean-up task
+/// never ran (the process ended first) leaves no engine or Router behind.
+enum LiveChildren {
+    private static let pids = Mutex<Set<Int32>>([])
+    private static let hook: Void = { atexit { LiveChildren.killAll() } }()
+
+    static func add(_ pid: Int32) {
+        _ = hook
+        pids.withLock { _ = $0.insert(pid) }
+    }
+
+    static func remove(_ pid: Int32) {
+        pids.withLock { _ = $0.remove(pid) }
+    }
+
+    static func killAll() {
+        for pid in pids.withLock({ $0 }) { kill(pid, SIGKILL) }
     }
 }
