@@ -113,9 +113,6 @@ actor SessionController {
         if let playID = snapshot.playID { plays[playID] = snapshot.queue.generation }
     }
 
-    var queue: SessionQueue { snapshot.queue }
-    var saved: SessionSnapshot { snapshot }
-
     /// The engine play this session believes is in progress.
     var activePlayID: UInt64? { snapshot.queue.playback == .idle ? nil : snapshot.playID }
 

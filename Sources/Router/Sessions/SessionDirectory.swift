@@ -48,8 +48,6 @@ actor SessionDirectory {
     /// The controller of `id` if it is in memory.
     func existing(_ id: SessionID) -> SessionController? { controllers[id] }
 
-    var count: Int { controllers.count }
-
     /// Every session in memory, with its client count, ordered by id (the operator's view).
     func listing() async -> [SessionState] {
         var states: [SessionState] = []

@@ -190,44 +190,54 @@ final class SessionStore: Sendable {
     }
 
     private func publish(_ id: SessionID, _ message: ClientMessage, event: WireEvent?) {
-        let isFrame = event == nil
         var slow: [(Subscriber, String)] = []
         state.withLock { state in
-            guard var entry = state.entries[id] else {
-                if isFrame { state.counters.unknownSessionFrames += 1 }
+            guard state.entries[id] != nil else {
+                if event == nil { state.counters.unknownSessionFrames += 1 }
                 return
             }
-            if let event { entry.lastEvent = event }
-            var dropped: UInt64 = 0
-            for (token, var subscriber) in entry.subscribers where !subscriber.slow {
-                let lost: Bool
-                if case .dropped = subscriber.continuation.yield(message) { lost = true } else { lost = false }
-                guard isFrame else { continue }
-                if lost { dropped += 1 }
-                subscriber.framesInWindow += 1
-                subscriber.droppedInWindow += lost ? 1 : 0
-                if subscriber.droppedInWindow > slowDropLimit {
-                    subscriber.slow = true
-                    state.counters.slowClientDisconnects += 1
-                    slow.append(
-                        (subscriber,
-                         "too slow: lost \(subscriber.droppedInWindow) of the last \(subscriber.framesInWindow) audio frames"))
-                } else if subscriber.framesInWindow >= slowWindowFrames {
-                    subscriber.framesInWindow = 0
-                    subscriber.droppedInWindow = 0
-                }
-                entry.subscribers[token] = subscriber
-            }
-            if isFrame {
-                entry.framesRouted += 1
-                state.counters.framesRouted += 1
-            }
-            state.counters.slowClientDrops += dropped
-            state.entries[id] = entry
+            // In place: copying the entry out and back would copy its subscriber table per frame.
+            deliver(message, event: event, to: &state.entries[id]!, counters: &state.counters, slow: &slow)
         }
         for (subscriber, reason) in slow {
             subscriber.continuation.finish()
             subscriber.onSlow(reason)
+        }
+    }
+
+    /// Yields `message` to every subscriber of `entry` and keeps the slow-client windows. Walks the
+    /// table by index so that updating a subscriber never copies the table.
+    private func deliver(
+        _ message: ClientMessage, event: WireEvent?, to entry: inout Entry, counters: inout Counters,
+        slow: inout [(Subscriber, String)]
+    ) {
+        let isFrame = event == nil
+        if let event { entry.lastEvent = event }
+        var index = entry.subscribers.startIndex
+        while index != entry.subscribers.endIndex {
+            defer { index = entry.subscribers.index(after: index) }
+            guard !entry.subscribers.values[index].slow else { continue }
+            let lost: Bool
+            if case .dropped = entry.subscribers.values[index].continuation.yield(message) { lost = true } else { lost = false }
+            guard isFrame else { continue }
+            if lost { counters.slowClientDrops += 1 }
+            entry.subscribers.values[index].framesInWindow += 1
+            entry.subscribers.values[index].droppedInWindow += lost ? 1 : 0
+            let subscriber = entry.subscribers.values[index]
+            if subscriber.droppedInWindow > slowDropLimit {
+                entry.subscribers.values[index].slow = true
+                counters.slowClientDisconnects += 1
+                slow.append(
+                    (subscriber,
+                     "too slow: lost \(subscriber.droppedInWindow) of the last \(subscriber.framesInWindow) audio frames"))
+            } else if subscriber.framesInWindow >= slowWindowFrames {
+                entry.subscribers.values[index].framesInWindow = 0
+                entry.subscribers.values[index].droppedInWindow = 0
+            }
+        }
+        if isFrame {
+            entry.framesRouted += 1
+            counters.framesRouted += 1
         }
     }
 }
