@@ -7,6 +7,14 @@ import NIOCore
 import NIOHTTP1
 import WireProtocol
 
+extension EngineLink {
+    /// Fails fast while the socket link is down, instead of waiting on the engine's control port
+    /// (AsyncHTTPClient retries a refused connection until the request's deadline).
+    func requireConnected(_ engine: EngineClient) throws(APIError) {
+        guard status.connected else { throw EngineClient.unavailable(engine.baseURL) }
+    }
+}
+
 /// What a session controller asks of the engine. `EngineClient` is the real one; unit tests of
 /// the queue wiring give a scripted one.
 protocol EngineControl: Sendable {

@@ -115,7 +115,7 @@ struct ClientConnections {
             if envelope.op == "state" {
                 reply.state = await controller.state
             } else {
-                guard link.status.connected else { throw EngineClient.unavailable(engine.baseURL) }
+                try link.requireConnected(engine)
                 let command = try CommandParsing.command(envelope.op, arguments: CommandParsing.arguments(data))
                 reply.state = try await controller.perform(command)
             }
@@ -191,9 +191,5 @@ struct CommandReply: Encodable {
     var state: SessionState?
     var error: ErrorBody.Detail?
 
-    func json() -> String {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.withoutEscapingSlashes, .sortedKeys]
-        return String(decoding: (try? encoder.encode(self)) ?? Data("{}".utf8), as: UTF8.self)
-    }
+    func json() -> String { JSONText.encode(self) }
 }

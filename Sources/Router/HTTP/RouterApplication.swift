@@ -51,7 +51,7 @@ struct RouterApplication {
                 throw APIError.badRequest("missing_query", "give the search words as ?q=")
             }
             let limit = request.uri.queryParameters["limit"].flatMap { Int(String($0)) }
-            try requireEngine()
+            try link.requireConnected(engine)
             let reply = try await engine.search(query, limit: limit)
             return Response.json(status: .ok, reply.body.readableBytesView)
         }
@@ -60,7 +60,7 @@ struct RouterApplication {
             guard let url = request.uri.queryParameters["url"].map(String.init), !url.isEmpty else {
                 throw APIError.badRequest("missing_url", "give the URL to resolve as ?url=")
             }
-            try requireEngine()
+            try link.requireConnected(engine)
             return try await engine.resolve(url)
         }
         let clients = ClientConnections(store: store, directory: directory, access: access, link: link, engine: engine)
@@ -105,16 +105,11 @@ struct RouterApplication {
     }
 
     private func perform(_ command: SessionCommand, on id: SessionID) async throws -> Response {
-        try requireEngine()
+        try link.requireConnected(engine)
         let state = try await directory.controller(for: id).perform(command)
         // A play is accepted: its audio follows once the engine has opened the source.
         let status: HTTPResponse.Status = if case .play = command { .accepted } else { .ok }
         return Response.json(status: status, Data(state.json().utf8))
-    }
-
-    /// Fails fast while the engine link is down, instead of waiting on its control port.
-    private func requireEngine() throws(APIError) {
-        guard link.status.connected else { throw EngineClient.unavailable(engine.baseURL) }
     }
 
     static func sessionID(_ context: some RequestContext) throws(APIError) -> SessionID {

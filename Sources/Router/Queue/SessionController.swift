@@ -68,11 +68,7 @@ struct SessionState: Sendable, Equatable, Codable {
         case durationMS = "duration_ms"
     }
 
-    func json() -> String {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.withoutEscapingSlashes, .sortedKeys]
-        return String(decoding: (try? encoder.encode(self)) ?? Data("{}".utf8), as: UTF8.self)
-    }
+    func json() -> String { JSONText.encode(self) }
 }
 
 /// Where a controller's changes go: clients hear the new state, the database keeps it.
@@ -359,6 +355,20 @@ actor SessionController {
     }
 }
 
+/// One JSON object as the text of a WebSocket message: sorted keys, slashes unescaped.
+enum JSONText {
+    private static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.withoutEscapingSlashes, .sortedKeys]
+        return encoder
+    }()
+
+    static func encode(_ value: some Encodable) -> String {
+        // The Router's messages are structs of strings, numbers and booleans: encoding cannot fail.
+        String(decoding: (try? encoder.encode(value)) ?? Data("{}".utf8), as: UTF8.self)
+    }
+}
+
 /// An error the Router itself reports to a session's clients (`{"type":"error",…}`).
 struct ErrorEvent: Encodable {
     var type = "error"
@@ -371,7 +381,5 @@ struct ErrorEvent: Encodable {
         case sessionID = "session_id"
     }
 
-    func json() -> String {
-        String(decoding: (try? JSONEncoder().encode(self)) ?? Data("{}".utf8), as: UTF8.self)
-    }
+    func json() -> String { JSONText.encode(self) }
 }
