@@ -12,8 +12,8 @@ let package = Package(
     name: "tonearm",
     platforms: [.macOS(.v15)],
     products: [
-        .executable(name: "AudioEngine", targets: ["AudioEngine"]),
-        .executable(name: "Router", targets: ["Router"]),
+        .executable(name: "AudioEngine", targets: ["AudioEngineMain"]),
+        .executable(name: "Router", targets: ["RouterMain"]),
         .library(name: "WireProtocol", targets: ["WireProtocol"]),
     ],
     dependencies: [
@@ -41,30 +41,40 @@ let package = Package(
             dependencies: [.product(name: "NIOCore", package: "swift-nio")],
             swiftSettings: swiftSettings
         ),
-        .executableTarget(
+        .target(
             name: "AudioEngine",
             dependencies: [
                 "WireProtocol", "COpus", "CFFmpeg",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],
+            exclude: ["Main"],
             swiftSettings: swiftSettings
         ),
+        // The executable is only its command line: `Sources/AudioEngine/Main`.
         .executableTarget(
+            name: "AudioEngineMain",
+            dependencies: [
+                "AudioEngine",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Sources/AudioEngine/Main",
+            swiftSettings: swiftSettings
+        ),
+        .target(
             name: "Router",
             dependencies: [
                 "WireProtocol",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
@@ -73,7 +83,18 @@ let package = Package(
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                 .product(name: "GRDB", package: "GRDB.swift"),
             ],
+            exclude: ["Main"],
             resources: [.copy("Resources/Public")],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "RouterMain",
+            dependencies: [
+                "Router",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Sources/Router/Main",
             swiftSettings: swiftSettings
         ),
         .target(
@@ -128,3 +149,22 @@ let package = Package(
         ),
     ]
 )
+
+// The micro-benchmarks (package-benchmark) are kept out of the normal build: they and their
+// dependency exist only when TONEARM_BENCHMARKS is set (`make bench` sets it).
+if Context.environment["TONEARM_BENCHMARKS"] != nil {
+    package.dependencies.append(
+        .package(url: "https://github.com/ordo-one/benchmark.git", from: "1.38.1", traits: ["MallocInterposer"]))
+    package.targets.append(
+        .executableTarget(
+            name: "TonearmBenchmarks",
+            dependencies: [
+                "WireProtocol", "AudioEngine", "Router",
+                .product(name: "Benchmark", package: "benchmark"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            path: "Benchmarks/TonearmBenchmarks",
+            swiftSettings: swiftSettings,
+            plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
+        ))
+}

@@ -3,21 +3,21 @@
 import Foundation
 
 /// The engine's settings.
-struct EngineConfiguration: Sendable {
+package struct EngineConfiguration: Sendable {
     /// The Unix socket the Router connects to.
-    var socketPath = "/tmp/tonearm/engine.sock"
+    package var socketPath = "/tmp/tonearm/engine.sock"
     /// Host of the HTTP control API; loopback so only the Router (same host or pod) reaches it.
     var controlHost = "127.0.0.1"
-    var controlPort = 8180
+    package var controlPort = 8180
     /// Plays name files inside this directory.
-    var mediaDirectory = "./media"
+    package var mediaDirectory = "./media"
     var playback = PlaybackConfiguration()
     /// Threads that decode and encode ahead of the pacer; defaults to the number of cores.
     var workerThreads = ProcessInfo.processInfo.activeProcessorCount
     /// Threads that open sources (network connections block); separate so they never hold up encoding.
     var openerThreads = 4
     /// Allow http(s) sources on loopback, private and link-local addresses (tests, local development).
-    var allowPrivateSources = false
+    package var allowPrivateSources = false
     /// The yt-dlp executable (a name on PATH or a path).
     var ytdlpPath = "yt-dlp"
     /// The yt-dlp search prefix for `GET /search` (`ytsearch`, `scsearch`, …).
@@ -26,7 +26,7 @@ struct EngineConfiguration: Sendable {
     init() {}
 
     /// Defaults overridden by whatever `environment` sets.
-    init(environment: [String: String]) throws {
+    package init(environment: [String: String]) throws {
         if let value = environment["TONEARM_SOCKET"] { socketPath = value }
         if let value = environment["TONEARM_ENGINE_HOST"] { controlHost = value }
         if let value = environment["TONEARM_ENGINE_PORT"] { controlPort = try Self.int(value, "TONEARM_ENGINE_PORT", 0...65535) }

@@ -3,13 +3,13 @@
 import Foundation
 
 /// The Router's settings.
-struct RouterConfiguration: Sendable {
-    var host = "127.0.0.1"
-    var port = 8080
+package struct RouterConfiguration: Sendable {
+    package var host = "127.0.0.1"
+    package var port = 8080
     /// The engine's Unix socket (the same TONEARM_SOCKET the engine reads).
-    var socketPath = "/tmp/tonearm/engine.sock"
+    package var socketPath = "/tmp/tonearm/engine.sock"
     /// Where the engine's HTTP control API answers.
-    var engineURL = "http://127.0.0.1:8180"
+    package var engineURL = "http://127.0.0.1:8180"
     /// Frames a client may lag before its oldest are dropped (50 = 1 s).
     var clientBufferFrames = 50
     /// Where the Router keeps its files: the generated token secret and the SQLite database.
@@ -28,7 +28,7 @@ struct RouterConfiguration: Sendable {
 
     init() {}
 
-    init(environment: [String: String]) throws {
+    package init(environment: [String: String]) throws {
         if let value = environment["TONEARM_ROUTER_HOST"] { host = value }
         if let value = environment["TONEARM_ROUTER_PORT"] {
             guard let port = Int(value), (0...65535).contains(port) else {

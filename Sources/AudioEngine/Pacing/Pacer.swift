@@ -1,6 +1,7 @@
 // The one clock of the engine: a dedicated thread that wakes at absolute deadlines
 // (`start + n × 20 ms`), collects one frame per streaming session and writes the tick's batch.
 import Foundation
+import Glibc
 import Logging
 import ServiceLifecycle
 import Synchronization
