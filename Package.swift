@@ -15,6 +15,7 @@ let package = Package(
         .executable(name: "AudioEngine", targets: ["AudioEngineMain"]),
         .executable(name: "Router", targets: ["RouterMain"]),
         .library(name: "WireProtocol", targets: ["WireProtocol"]),
+        .executable(name: "tonearm-listeners", targets: ["TonearmListeners"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -97,6 +98,14 @@ let package = Package(
             path: "Sources/Router/Main",
             swiftSettings: swiftSettings
         ),
+        // The load tool's WebSocket listeners (Benchmarks/Load): raw sockets, no dependencies.
+        .systemLibrary(name: "CEpoll", path: "Benchmarks/Load/CEpoll"),
+        .executableTarget(
+            name: "TonearmListeners",
+            dependencies: ["CEpoll"],
+            path: "Benchmarks/Load/Listeners",
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "TestSupport",
             dependencies: [
@@ -159,7 +168,7 @@ if Context.environment["TONEARM_BENCHMARKS"] != nil {
         .executableTarget(
             name: "TonearmBenchmarks",
             dependencies: [
-                "WireProtocol", "AudioEngine", "Router",
+                "WireProtocol", "AudioEngine", "Router", "TestSupport",
                 .product(name: "Benchmark", package: "benchmark"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],

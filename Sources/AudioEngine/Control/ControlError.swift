@@ -5,14 +5,14 @@ import NIOCore
 import WireProtocol
 
 /// A refused control request, rendered as `{"error":{"code","message"}}`.
-struct ControlError: Error, HTTPResponseError, CustomStringConvertible {
-    let status: HTTPResponse.Status
+package struct ControlError: Error, HTTPResponseError, CustomStringConvertible {
+    package let status: HTTPResponse.Status
     let code: String
     let message: String
 
-    var description: String { "\(code): \(message)" }
+    package var description: String { "\(code): \(message)" }
 
-    func response(from request: Request, context: some RequestContext) throws -> Response {
+    package func response(from request: Request, context: some RequestContext) throws -> Response {
         ErrorBody(code: code, message: message).response(status: status)
     }
 

@@ -4,7 +4,7 @@ import CoreMetrics
 import Prometheus
 
 /// The engine's metrics.
-struct EngineMetrics: Sendable {
+package struct EngineMetrics: Sendable {
     let framesSent: CoreMetrics.Counter
     let framesNulled: CoreMetrics.Counter
     let framesDeficit: CoreMetrics.Counter
@@ -17,7 +17,7 @@ struct EngineMetrics: Sendable {
     /// Renders the Prometheus text exposition, when the factory is Prometheus.
     let registry: PrometheusCollectorRegistry?
 
-    init(factory: any MetricsFactory = NOOPMetricsHandler.instance, registry: PrometheusCollectorRegistry? = nil) {
+    package init(factory: any MetricsFactory = NOOPMetricsHandler.instance, registry: PrometheusCollectorRegistry? = nil) {
         framesSent = CoreMetrics.Counter(label: "tonearm_engine_frames_sent_total", factory: factory)
         framesNulled = CoreMetrics.Counter(label: "tonearm_engine_frames_nulled_total", factory: factory)
         framesDeficit = CoreMetrics.Counter(label: "tonearm_engine_frames_deficit_total", factory: factory)

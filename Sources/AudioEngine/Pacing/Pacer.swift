@@ -1,6 +1,9 @@
 // The one clock of the engine: a dedicated thread that wakes at absolute deadlines
 // (`start + n × 20 ms`), collects one frame per streaming session and writes the tick's batch.
 import Foundation
+#if canImport(CDispatch)
+    import CDispatch  // where `timespec` comes from when Foundation is imported, with MemberImportVisibility
+#endif
 import Glibc
 import Logging
 import ServiceLifecycle

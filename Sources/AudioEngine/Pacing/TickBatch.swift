@@ -4,13 +4,13 @@ import NIOCore
 import WireProtocol
 
 /// The bytes of one tick, built once and written to every Router connection.
-struct TickBatch {
-    private(set) var all: ByteBuffer
+package struct TickBatch {
+    package private(set) var all: ByteBuffer
     private(set) var eventsOnly: ByteBuffer
-    private(set) var frames = 0
+    package private(set) var frames = 0
     private(set) var events = 0
 
-    init(allocator: ByteBufferAllocator = ByteBufferAllocator(), capacity: Int = 4_096) {
+    package init(allocator: ByteBufferAllocator = ByteBufferAllocator(), capacity: Int = 4_096) {
         all = allocator.buffer(capacity: capacity)
         eventsOnly = allocator.buffer(capacity: 256)
     }

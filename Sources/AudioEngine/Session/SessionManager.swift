@@ -11,21 +11,23 @@ import Synchronization
 import WireProtocol
 
 /// How far ahead sessions encode, the encoder settings, and the engine's limits.
-struct PlaybackConfiguration: Sendable {
+package struct PlaybackConfiguration: Sendable {
     /// Encoded lead in 20 ms frames. Volume changes reach the socket after at most this many
     /// frames, so it is kept small; the compressed read-ahead (seconds) absorbs network stalls.
     var leadFrames = 2
     var encoder = OpusEncoderConfiguration()
     /// Sessions with a play in progress (extracting, streaming or paused) at once.
-    var maxSessions = 60
+    package var maxSessions = 60
     /// A stopped, finished, errored or paused session is removed after this long.
     var idleTimeout: Duration = .seconds(300)
     /// Frames between `progress` events (50 = once a second).
-    var progressInterval: UInt64 = 50
+    package var progressInterval: UInt64 = 50
+
+    package init() {}
 }
 
 /// What a play request answers with.
-struct PlayStarted: Sendable, Equatable, Codable {
+package struct PlayStarted: Sendable, Equatable, Codable {
     var sessionID: SessionID
     var playID: UInt64
     var state: SessionState
@@ -61,7 +63,7 @@ struct SessionInfo: Sendable, Equatable, Codable {
 }
 
 /// Owns every session and its current play.
-final class SessionManager: Sendable {
+package final class SessionManager: Sendable {
     struct Session {
         var machine = SessionStateMachine()
         var volume = 100
@@ -99,7 +101,7 @@ final class SessionManager: Sendable {
     private let logger: Logger
     let metrics: EngineMetrics
 
-    init(
+    package init(
         resolver: SourceResolver, configuration: PlaybackConfiguration, workers: NIOThreadPool,
         openers: NIOThreadPool? = nil, metrics: EngineMetrics = EngineMetrics(), logger: Logger
     ) {
@@ -114,7 +116,7 @@ final class SessionManager: Sendable {
     // MARK: Control
 
     /// Starts playing `url` on `sessionID`, replacing whatever that session played.
-    func play(sessionID: SessionID, url: String, startMS: Int64 = 0, volume: Int? = nil) throws(ControlError)
+    package func play(sessionID: SessionID, url: String, startMS: Int64 = 0, volume: Int? = nil) throws(ControlError)
         -> PlayStarted
     {
         guard startMS >= 0 else {
@@ -296,7 +298,7 @@ final class SessionManager: Sendable {
 
     /// Appends this tick's events and one frame per streaming session to `batch`, counts late
     /// ticks as deficit, and removes idle sessions. Called from the pacer thread only.
-    func collectTick(into batch: inout TickBatch, lateTicks: UInt64) {
+    package func collectTick(into batch: inout TickBatch, lateTicks: UInt64) {
         var refill: [Playback] = []
         var retired: [Playback] = []
         let refillAt = max(configuration.leadFrames - 1, 0)

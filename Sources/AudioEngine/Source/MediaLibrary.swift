@@ -5,11 +5,11 @@ import Foundation
 
 
 /// The media directory, and the rule for what may be played from it.
-struct MediaLibrary: Sendable {
+package struct MediaLibrary: Sendable {
     /// The directory with symlinks resolved, without a trailing slash.
     let root: String
 
-    init(directory: String) {
+    package init(directory: String) {
         let url = URL(fileURLWithPath: directory).standardizedFileURL.resolvingSymlinksInPath()
         self.root = url.path
     }

@@ -3,8 +3,10 @@
 import Foundation
 
 /// Refuses loopback, private, link-local and other non-public addresses unless allowed.
-struct NetworkPolicy: Sendable {
+package struct NetworkPolicy: Sendable {
     var allowPrivateSources = false
+
+    package init(allowPrivateSources: Bool = false) { self.allowPrivateSources = allowPrivateSources }
 
     /// Resolves `host` and throws 422 if any address it resolves to is not public.
     func check(host: String) throws(ControlError) {

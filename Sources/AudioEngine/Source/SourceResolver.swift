@@ -4,11 +4,17 @@ import Foundation
 import Synchronization
 
 /// Turns a play request's `url` into a `ResolvedSource`.
-struct SourceResolver: Sendable {
+package struct SourceResolver: Sendable {
     let library: MediaLibrary
     let policy: NetworkPolicy
     let ytdlp: YTDLP
     let cache = ResolutionCache()
+
+    package init(library: MediaLibrary, policy: NetworkPolicy, ytdlp: YTDLP) {
+        self.library = library
+        self.policy = policy
+        self.ytdlp = ytdlp
+    }
 
     /// How a source will be resolved, decided without waiting on anything slow.
     enum Plan: Sendable {

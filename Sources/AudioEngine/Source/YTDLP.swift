@@ -4,9 +4,14 @@ import Foundation
 import HTTPTypes
 
 /// Calls the yt-dlp executable.
-struct YTDLP: Sendable {
+package struct YTDLP: Sendable {
     var executable = "yt-dlp"
     var timeout: Duration = .seconds(30)
+
+    package init(executable: String = "yt-dlp", timeout: Duration = .seconds(30)) {
+        self.executable = executable
+        self.timeout = timeout
+    }
 
     /// One resolved stream.
     struct Stream: Sendable, Equatable {

@@ -8,13 +8,13 @@ import Synchronization
 import WireProtocol
 
 /// What a client receives: an Opus packet (binary message) or JSON (text message).
-enum ClientMessage: Sendable {
+package enum ClientMessage: Sendable {
     case audio(ByteBuffer)
     case event(String)
 }
 
 /// Who is listening.
-enum ClientKind: String, Sendable, CaseIterable, Codable {
+package enum ClientKind: String, Sendable, CaseIterable, Codable {
     /// A playground tab (`/ws`).
     case browser
     /// A per-guild bot connection (`/bot`).
@@ -24,14 +24,14 @@ enum ClientKind: String, Sendable, CaseIterable, Codable {
 }
 
 /// A client's subscription to one session; iterate `messages`, then `cancel()` (or drop it).
-struct Subscription: Sendable {
+package struct Subscription: Sendable {
     let sessionID: SessionID
     let token: UInt64
-    let messages: AsyncStream<ClientMessage>
+    package let messages: AsyncStream<ClientMessage>
 }
 
 /// Sessions by id, with their subscribers.
-final class SessionStore: Sendable {
+package final class SessionStore: Sendable {
     struct Subscriber: Sendable {
         let continuation: AsyncStream<ClientMessage>.Continuation
         let kind: ClientKind
@@ -87,7 +87,7 @@ final class SessionStore: Sendable {
     private let state = Mutex(State())
     private let eventSink = Mutex<AsyncStream<WireEvent>.Continuation?>(nil)
 
-    init(clientBufferFrames: Int = 50, slowWindowFrames: Int = 250, slowDropLimit: Int = 50) {
+    package init(clientBufferFrames: Int = 50, slowWindowFrames: Int = 250, slowDropLimit: Int = 50) {
         self.clientBufferFrames = clientBufferFrames
         self.slowWindowFrames = slowWindowFrames
         self.slowDropLimit = slowDropLimit
@@ -99,14 +99,14 @@ final class SessionStore: Sendable {
     }
 
     /// Makes `id` known, so its packets are routed rather than dropped as unknown.
-    func register(_ id: SessionID) {
+    package func register(_ id: SessionID) {
         state.withLock { state in
             if state.entries[id] == nil { state.entries[id] = Entry() }
         }
     }
 
     /// Forgets `id` (a stale session); its clients, if any, are finished.
-    func release(_ id: SessionID) {
+    package func release(_ id: SessionID) {
         let entry = state.withLock { $0.entries.removeValue(forKey: id) }
         for subscriber in entry?.subscribers.values ?? [:].values { subscriber.continuation.finish() }
     }
@@ -145,7 +145,7 @@ final class SessionStore: Sendable {
     }
 
     /// Subscribes to `id`'s packets and events from now on.
-    func subscribe(
+    package func subscribe(
         _ id: SessionID, kind: ClientKind = .browser, onSlow: @escaping @Sendable (String) -> Void = { _ in }
     ) -> Subscription {
         let (stream, continuation) = AsyncStream<ClientMessage>.makeStream(
@@ -179,7 +179,7 @@ final class SessionStore: Sendable {
     }
 
     /// Hands one message from the engine to the session's subscribers.
-    func route(_ message: WireMessage) {
+    package func route(_ message: WireMessage) {
         switch message {
         case .audio(let packet):
             publish(packet.sessionID, .audio(packet.payload), event: nil)

@@ -1,0 +1,212 @@
+// The hot paths of one frame, measured in isolation: the wire format in both directions, one Opus
+// encode, one pacer tick over N sessions, one Router publish to N subscribers. Each reports wall
+// time and allocations. Run with `make bench-micro` (a release build through package-benchmark).
+import AudioEngine
+import Benchmark
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import Router
+import TestSupport
+import WireProtocol
+
+let benchmarks: @Sendable () -> Void = {
+    Benchmark.defaultConfiguration = .init(
+        metrics: [.wallClock, .mallocCountTotal, .throughput],
+        timeUnits: .nanoseconds,
+        warmupIterations: 10,
+        maxDuration: .seconds(2),
+        maxIterations: 1_000_000
+    )
+
+    // A 160-byte payload: one 20 ms Opus frame at 64 kbit/s; 128 kbit/s frames are about 320.
+    let sessionID = try! SessionID("guild-123456789012345678")
+    let payload = [UInt8]((0..<320).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+
+    // Per-frame figures run 1,000 frames per sample and report the time of one.
+    let perFrame = Benchmark.Configuration(scalingFactor: .kilo)
+
+    Benchmark("wire: encode one audio packet", configuration: perFrame) { benchmark in
+        var buffer = ByteBufferAllocator().buffer(capacity: 1_024)
+        for _ in benchmark.scaledIterations {
+            buffer.clear()
+            try! buffer.writeAudioPacket(sessionID: sessionID, payload: payload)
+            blackHole(buffer.readableBytes)
+        }
+    }
+
+    Benchmark("wire: decode one audio packet", configuration: perFrame) { benchmark in
+        var encoded = ByteBufferAllocator().buffer(capacity: 1_024)
+        try! encoded.writeAudioPacket(sessionID: sessionID, payload: payload)
+        var decoder = WireMessageDecoder()
+        for _ in benchmark.scaledIterations {
+            var input = encoded
+            blackHole(try! decoder.decode(buffer: &input))
+        }
+    }
+
+    Benchmark(
+        "opus: encode one 20 ms stereo frame (128 kbit/s, complexity 10)",
+        configuration: .init(scalingFactor: .kilo)
+    ) { benchmark in
+        let encoder = try! OpusEncoder()
+        let music = MusicLikePCM(seconds: 1)
+        var frame = 0
+        benchmark.startMeasurement()
+        for _ in benchmark.scaledIterations {
+            music.frame(frame) { pcm in
+                blackHole(try! encoder.encode(pcm) { $0.count })
+            }
+            frame += 1
+        }
+    }
+
+    for sessions in [60, 500] {
+        let fixture = TickFixture(sessions: sessions)
+        Benchmark(
+            "pacer: one tick over \(sessions) streaming sessions",
+            configuration: .init(maxDuration: .seconds(3), maxIterations: 100),
+            closure: { benchmark in
+                // Let the worker threads refill every session's lead (outside the measurement).
+                fixture.waitForRefill()
+                benchmark.startMeasurement()
+                let frames = fixture.tick()
+                benchmark.stopMeasurement()
+                if frames != sessions { benchmark.error("tick carried \(frames) of \(sessions) frames") }
+            },
+            setup: { try fixture.start() },
+            teardown: { fixture.stop() })
+    }
+
+    for subscribers in [1, 50, 1_000] {
+        let fixture = PublishFixture(subscribers: subscribers)
+        Benchmark(
+            "router: publish one frame to \(subscribers) subscriber(s)",
+            configuration: .init(scalingFactor: subscribers >= 1_000 ? .one : .kilo),
+            closure: { benchmark in
+                for _ in benchmark.scaledIterations { fixture.publish() }
+            },
+            setup: { fixture.start() },
+            teardown: { await fixture.stop() })
+    }
+}
+
+/// A second of music-like audio (a chord with vibrato and noise), 50 frames of interleaved floats.
+struct MusicLikePCM: Sendable {
+    let samples: [Float]
+
+    init(seconds: Int) {
+        var generator = SystemRandomNumberGenerator()
+        let count = 48_000 * seconds
+        var samples = [Float](repeating: 0, count: count * 2)
+        for n in 0..<count {
+            let t = Float(n) / 48_000
+            let vibrato = 1 + 0.01 * sin(2 * .pi * 5 * t)
+            let chord = [220, 277.18, 329.63, 440].reduce(Float(0)) { $0 + 0.15 * sin(2 * .pi * Float($1) * vibrato * t) }
+            samples[2 * n] = chord + Float.random(in: -0.05...0.05, using: &generator)
+            samples[2 * n + 1] = chord * 0.9 + Float.random(in: -0.05...0.05, using: &generator)
+        }
+        self.samples = samples
+    }
+
+    func frame<R>(_ index: Int, _ body: (UnsafeBufferPointer<Float>) -> R) -> R {
+        let frames = samples.count / OpusEncoder.frameFloats
+        let start = (index % frames) * OpusEncoder.frameFloats
+        return samples.withUnsafeBufferPointer { body(UnsafeBufferPointer(rebasing: $0[start..<start + OpusEncoder.frameFloats])) }
+    }
+}
+
+/// N sessions streaming a WebM/Opus file through a real `SessionManager` and worker pool; a tick is
+/// what the pacer thread does every 20 ms (`collectTick`), without the sleep and the socket write.
+final class TickFixture: @unchecked Sendable {
+    let sessions: Int
+    private var directory: TemporaryDirectory?
+    private var workers: NIOThreadPool?
+    private var manager: SessionManager?
+
+    init(sessions: Int) { self.sessions = sessions }
+
+    func start() throws {
+        let directory = try TemporaryDirectory(prefix: "tonearm-bench")
+        try MediaFixture.ffmpeg([
+            "-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000:duration=120", "-ac", "2",
+            "-c:a", "libopus", "-b:a", "128k", directory.file("tone.webm"),
+        ])
+        let workers = NIOThreadPool(numberOfThreads: 2)
+        workers.start()
+        var configuration = PlaybackConfiguration()
+        configuration.maxSessions = sessions
+        let manager = SessionManager(
+            resolver: SourceResolver(
+                library: MediaLibrary(directory: directory.path), policy: NetworkPolicy(), ytdlp: YTDLP()),
+            configuration: configuration, workers: workers, logger: Logger(label: "bench"))
+        for index in 0..<sessions {
+            _ = try manager.play(sessionID: try SessionID("s\(index)"), url: "tone.webm")
+        }
+        self.directory = directory
+        self.workers = workers
+        self.manager = manager
+        // Until every session streams: the first ticks carry `ready` events and fewer frames.
+        for _ in 0..<500 {
+            waitForRefill()
+            if tick() == sessions { return }
+        }
+        throw BenchmarkSetupError("the \(sessions) sessions did not all start streaming")
+    }
+
+    func waitForRefill() { Thread.sleep(forTimeInterval: 0.02) }
+
+    /// One tick; returns the audio frames it carried.
+    func tick() -> Int {
+        var batch = TickBatch()
+        manager!.collectTick(into: &batch, lateTicks: 0)
+        blackHole(batch.all.readableBytes)
+        return batch.frames
+    }
+
+    func stop() {
+        manager = nil
+        try? workers?.syncShutdownGracefully()
+        directory = nil
+    }
+}
+
+/// One session with N subscribers, each drained by its own task as a client connection's writer
+/// task drains it in the Router.
+final class PublishFixture: @unchecked Sendable {
+    let subscribers: Int
+    private let store = SessionStore(clientBufferFrames: 50, slowWindowFrames: 250, slowDropLimit: .max)
+    private let id = try! SessionID("bench-session")
+    private let packet: WireMessage
+    private var readers: [Task<Void, Never>] = []
+
+    init(subscribers: Int) {
+        self.subscribers = subscribers
+        var payload = ByteBufferAllocator().buffer(capacity: 320)
+        payload.writeBytes((0..<320).map { UInt8(truncatingIfNeeded: $0) })
+        packet = .audio(AudioPacket(sessionID: id, payload: payload))
+    }
+
+    func start() {
+        store.register(id)
+        readers = (0..<subscribers).map { _ in
+            let subscription = store.subscribe(id, kind: .bot)
+            return Task { for await message in subscription.messages { blackHole(message) } }
+        }
+    }
+
+    func publish() { store.route(packet) }
+
+    func stop() async {
+        store.release(id)
+        for reader in readers { reader.cancel() }
+        for reader in readers { await reader.value }
+        readers = []
+    }
+}
+
+struct BenchmarkSetupError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
