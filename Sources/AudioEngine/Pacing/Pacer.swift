@@ -6,6 +6,7 @@ import Foundation
 #endif
 import Glibc
 import Logging
+import NIOCore
 import ServiceLifecycle
 import Synchronization
 
@@ -86,18 +87,22 @@ final class Pacer: Service, Sendable {
 
     private func loop() {
         var schedule = TickSchedule(start: clock.now())
+        var capacity = TickBatch.minimumCapacity
         while running.load(ordering: .relaxed) {
             clock.sleep(until: schedule.nextDeadline)
             let late = schedule.advance(now: clock.now())
-            tick(lateTicks: late)
+            capacity = tick(lateTicks: late, capacity: capacity)
         }
         // One last tick writes the `finished` events of the shutdown.
-        tick(lateTicks: 0)
+        _ = tick(lateTicks: 0, capacity: capacity)
     }
 
-    private func tick(lateTicks: UInt64) {
-        var batch = TickBatch()
+    /// One tick into a buffer sized like the last one (so thousands of sessions do not regrow
+    /// it from 4 KiB every 20 ms); returns the size for the next.
+    private func tick(lateTicks: UInt64, capacity: Int) -> Int {
+        var batch = TickBatch(capacity: capacity)
         manager.collectTick(into: &batch, lateTicks: lateTicks)
         if !batch.isEmpty { sink.write(batch) }
+        return max(TickBatch.minimumCapacity, batch.all.readableBytes + batch.all.readableBytes / 8)
     }
 }

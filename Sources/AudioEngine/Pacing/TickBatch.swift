@@ -10,7 +10,9 @@ package struct TickBatch {
     package private(set) var frames = 0
     private(set) var events = 0
 
-    package init(allocator: ByteBufferAllocator = ByteBufferAllocator(), capacity: Int = 4_096) {
+    package static let minimumCapacity = 4_096
+
+    package init(allocator: ByteBufferAllocator = ByteBufferAllocator(), capacity: Int = minimumCapacity) {
         all = allocator.buffer(capacity: capacity)
         eventsOnly = allocator.buffer(capacity: 256)
     }

@@ -9,7 +9,9 @@ final class Pipeline {
     let info: MediaInfo
     private let decoder: MediaDecoder
     private let input: ReadAheadInput?
-    private let encoder: OpusEncoder
+    /// Created at the first frame that needs encoding: a passthrough play never pays for one.
+    private var encoder: OpusEncoder?
+    private let encoderConfiguration: OpusEncoderConfiguration
     private var pcm = [Float](repeating: 0, count: OpusEncoder.frameFloats)
     /// The gain the last frame ended on; the next frame ramps from here to the target.
     private var gain: Float = 1
@@ -48,7 +50,7 @@ final class Pipeline {
         self.input = input
         info = decoder.info
         opusSource = info.isOpusStereo48k
-        encoder = try OpusEncoder(configuration: configuration)
+        encoderConfiguration = configuration
         if startMS > 0 { try seek(toMS: startMS) }
     }
 
@@ -151,6 +153,8 @@ final class Pipeline {
         }
         let started = ContinuousClock.now
         defer { encodeTime?.recordNanoseconds(Self.nanoseconds(ContinuousClock.now - started)) }
+        let encoder = try encoder ?? OpusEncoder(configuration: encoderConfiguration)
+        self.encoder = encoder
         return try pcm.withUnsafeBufferPointer { try encoder.encode($0) { Array($0) } }
     }
 
