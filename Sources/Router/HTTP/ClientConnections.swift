@@ -8,7 +8,6 @@ import HummingbirdWebSocket
 import Logging
 import NIOCore
 import NIOWebSocket
-import NIOConcurrencyHelpers
 import WireProtocol
 
 struct ClientConnections {
@@ -25,16 +24,16 @@ struct ClientConnections {
         router.ws("/ws") { request, _ in
             _ = try access.webSocketSession(request)
             return .upgrade([:])
-        } onUpgrade: { inbound, outbound, context in
+        } onUpgrade: { inbound, _, context in
             let id = try access.webSocketSession(context.request)
-            try await serve(id, kind: .browser, inbound: inbound, outbound: outbound, context: context)
+            try await serve(id, kind: .browser, inbound: inbound, context: context)
         }
         router.ws("/bot") { request, _ in
             _ = try access.bot(request)
             return .upgrade([:])
-        } onUpgrade: { inbound, outbound, context in
+        } onUpgrade: { inbound, _, context in
             let id = try access.bot(context.request)
-            try await serve(id, kind: .bot, inbound: inbound, outbound: outbound, context: context)
+            try await serve(id, kind: .bot, inbound: inbound, context: context)
         }
         router.get("/listen/:file") { request, context -> Response in
             let file = context.parameters.get("file") ?? ""
@@ -49,44 +48,38 @@ struct ClientConnections {
 
     /// Streams the session to a WebSocket client and runs its commands until either side ends.
     private func serve(
-        _ id: SessionID, kind: ClientKind, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter,
-        context: WebSocketRouterContext<TonearmRequestContext>
+        _ id: SessionID, kind: ClientKind, inbound: WebSocketInboundStream, context: WebSocketRouterContext<TonearmRequestContext>
     ) async throws {
         let controller = await directory.controller(for: id)
         let channel = context.requestContext.channel
         let logger = context.logger
         await Self.limitBuffering(channel)
-        let slowReason = NIOLockedValueBox<String?>(nil)
-        let subscription = store.subscribe(id, kind: kind) { [closeGrace] reason in
-            slowReason.withLockedValue { $0 = reason }
-            logger.warning("disconnecting a client that stays behind", metadata: ["session.id": "\(id)", "reason": "\(reason)"])
-            // The writer normally sends the close frame; if it is stuck on a full socket, cut it.
-            channel.eventLoop.scheduleTask(in: closeGrace) { channel.close(promise: nil) }
-        }
-        defer { store.unsubscribe(id, token: subscription.token) }
-        try await outbound.write(.text(await controller.state.json()))
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask {
-                for try await message in inbound.messages(maxSize: 64 * 1024) {
-                    guard case .text(let text) = message else { continue }
-                    let reply = await command(text, on: controller)
-                    try await outbound.write(.text(reply))
-                }
+        let sink = WebSocketFanOut(
+            eventLoop: channel.eventLoop, window: store.slowWindowFrames, dropLimit: store.slowDropLimit,
+            closeGrace: closeGrace
+        ) { [store] dropped, reason in
+            store.noteSlowClient(droppedFrames: dropped, disconnected: reason != nil)
+            if let reason {
+                logger.warning("disconnecting a client that stays behind", metadata: ["session.id": "\(id)", "reason": "\(reason)"])
             }
-            group.addTask {
-                for await message in subscription.messages {
-                    switch message {
-                    case .audio(let packet): try await outbound.write(.binary(packet))
-                    case .event(let line): try await outbound.write(.text(line))
-                    }
-                }
-                if let reason = slowReason.withLockedValue({ $0 }) {
-                    try await outbound.close(.policyViolation, reason: reason)
-                }
-            }
-            try await group.next()
-            group.cancelAll()
         }
+        try await channel.pipeline.addHandler(sink, position: .first).get()
+        // The state goes out first: it is queued on the client's loop before the subscription
+        // can queue anything there.
+        let state = await controller.state.json()
+        send(.event(state), to: sink)
+        let token = store.subscribe(id, kind: kind, sink: sink)
+        defer { store.unsubscribe(id, token: token) }
+        for try await message in inbound.messages(maxSize: 64 * 1024) {
+            guard case .text(let text) = message else { continue }
+            send(.event(await command(text, on: controller)), to: sink)
+        }
+    }
+
+    /// A reply or the first state, written in order with what the store writes to the client.
+    private func send(_ message: ClientMessage, to sink: WebSocketFanOut) {
+        let bytes = sink.encode(message)
+        sink.eventLoop.execute { sink.deliver(bytes, audio: false) }
     }
 
     /// Keeps what the kernel and NIO hold for one client to a few seconds of audio: Linux would

@@ -1,7 +1,8 @@
 // The Router's index of sessions: packets and events from the engine are looked up here by id
-// (O(1)) and handed to every subscribed client's own bounded buffer. Publishing never waits for
-// a client; a client that falls behind loses its own oldest frames, and one that keeps losing
-// them is told to go (`onSlow`), so it can never hold up anybody else.
+// (O(1)) and handed to every subscribed client. Publishing never waits for a client; a client
+// that falls behind loses its own frames, and one that keeps losing them is told to go, so it
+// can never hold up anybody else. WebSocket clients are `ClientSink`s written on their own event
+// loop: one task per event loop per message, not a task hop per client per frame.
 import Foundation
 import NIOCore
 import Synchronization
@@ -23,6 +24,16 @@ package enum ClientKind: String, Sendable, CaseIterable, Codable {
     case listener
 }
 
+/// A client written directly on its channel's event loop (a WebSocket connection).
+package protocol ClientSink: AnyObject, Sendable {
+    var eventLoop: any EventLoop { get }
+    /// The bytes `message` goes out as; computed once per message for all sinks of a loop.
+    func encode(_ message: ClientMessage) -> ByteBuffer
+    /// Called on `eventLoop`, in publish order. An audio frame may be dropped (the sink keeps
+    /// its own slow-client window); events are not.
+    func deliver(_ bytes: ByteBuffer, audio: Bool)
+}
+
 /// A client's subscription to one session; iterate `messages`, then `cancel()` (or drop it).
 package struct Subscription: Sendable {
     let sessionID: SessionID
@@ -33,7 +44,13 @@ package struct Subscription: Sendable {
 /// Sessions by id, with their subscribers.
 package final class SessionStore: Sendable {
     struct Subscriber: Sendable {
-        let continuation: AsyncStream<ClientMessage>.Continuation
+        enum Output: Sendable {
+            /// A bounded stream read by the client's own task (`/listen`).
+            case stream(AsyncStream<ClientMessage>.Continuation)
+            /// Written on the client's event loop.
+            case sink(any ClientSink)
+        }
+        let output: Output
         let kind: ClientKind
         let since: Date
         /// Called once, outside the lock's work, when the client has lost too many frames.
@@ -46,10 +63,17 @@ package final class SessionStore: Sendable {
     /// One session as the Router knows it.
     struct Entry: Sendable {
         var subscribers: [UInt64: Subscriber] = [:]
+        /// The sink subscribers grouped by event loop, rebuilt when one comes or goes.
+        var loops: [LoopGroup] = []
         var framesRouted: UInt64 = 0
         var lastEvent: WireEvent?
         /// When the last client left (or the session became known).
         var lastSeen = ContinuousClock.now
+    }
+
+    struct LoopGroup: Sendable {
+        let loop: any EventLoop
+        var sinks: [any ClientSink]
     }
 
     struct Counters: Sendable, Equatable {
@@ -108,7 +132,9 @@ package final class SessionStore: Sendable {
     /// Forgets `id` (a stale session); its clients, if any, are finished.
     package func release(_ id: SessionID) {
         let entry = state.withLock { $0.entries.removeValue(forKey: id) }
-        for subscriber in entry?.subscribers.values ?? [:].values { subscriber.continuation.finish() }
+        for subscriber in entry?.subscribers.values ?? [:].values {
+            if case .stream(let continuation) = subscriber.output { continuation.finish() }
+        }
     }
 
     /// The session `id`, if known.
@@ -150,30 +176,77 @@ package final class SessionStore: Sendable {
     ) -> Subscription {
         let (stream, continuation) = AsyncStream<ClientMessage>.makeStream(
             bufferingPolicy: .bufferingNewest(clientBufferFrames))
-        let token = state.withLock { state in
-            let token = state.nextToken
-            state.nextToken += 1
-            state.entries[id, default: Entry()].subscribers[token] = Subscriber(
-                continuation: continuation, kind: kind, since: Date(), onSlow: onSlow)
-            return token
-        }
+        let token = add(Subscriber(output: .stream(continuation), kind: kind, since: Date(), onSlow: onSlow), to: id)
         continuation.onTermination = { [weak self] _ in self?.unsubscribe(id, token: token) }
         return Subscription(sessionID: id, token: token, messages: stream)
     }
 
-    func unsubscribe(_ id: SessionID, token: UInt64) {
-        let subscriber = state.withLock { state in
-            state.entries[id]?.lastSeen = .now
-            return state.entries[id]?.subscribers.removeValue(forKey: token)
+    /// Subscribes a client written on its event loop; returns the token to unsubscribe with.
+    /// The sink keeps its own slow-client window and reports through `noteSlowClient`.
+    package func subscribe(_ id: SessionID, kind: ClientKind, sink: any ClientSink) -> UInt64 {
+        add(Subscriber(output: .sink(sink), kind: kind, since: Date(), onSlow: { _ in }), to: id)
+    }
+
+    private func add(_ subscriber: Subscriber, to id: SessionID) -> UInt64 {
+        state.withLock { state in
+            let token = state.nextToken
+            state.nextToken += 1
+            state.entries[id, default: Entry()].subscribers[token] = subscriber
+            if case .sink = subscriber.output { Self.regroup(&state.entries[id]!) }
+            return token
         }
-        subscriber?.continuation.finish()
+    }
+
+    package func unsubscribe(_ id: SessionID, token: UInt64) {
+        let subscriber = state.withLock { state -> Subscriber? in
+            state.entries[id]?.lastSeen = .now
+            guard let removed = state.entries[id]?.subscribers.removeValue(forKey: token) else { return nil }
+            if case .sink = removed.output { Self.regroup(&state.entries[id]!) }
+            return removed
+        }
+        if case .stream(let continuation) = subscriber?.output { continuation.finish() }
+    }
+
+    private static func regroup(_ entry: inout Entry) {
+        var groups: [LoopGroup] = []
+        for subscriber in entry.subscribers.values {
+            guard case .sink(let sink) = subscriber.output else { continue }
+            if let index = groups.firstIndex(where: { $0.loop === sink.eventLoop }) {
+                groups[index].sinks.append(sink)
+            } else {
+                groups.append(LoopGroup(loop: sink.eventLoop, sinks: [sink]))
+            }
+        }
+        entry.loops = groups
+    }
+
+    /// A sink dropped `frames` audio frames, and was disconnected for it when `disconnected`.
+    package func noteSlowClient(droppedFrames frames: UInt64, disconnected: Bool) {
+        state.withLock { state in
+            state.counters.slowClientDrops += frames
+            if disconnected { state.counters.slowClientDisconnects += 1 }
+        }
     }
 
     /// Sends a JSON text message (a state change) to every client of `id`.
     func broadcast(_ id: SessionID, _ json: String) {
-        state.withLock { state in
+        let message = ClientMessage.event(json)
+        let loops = state.withLock { state -> [LoopGroup] in
             for subscriber in state.entries[id]?.subscribers.values ?? [:].values {
-                subscriber.continuation.yield(.event(json))
+                if case .stream(let continuation) = subscriber.output { continuation.yield(message) }
+            }
+            return state.entries[id]?.loops ?? []
+        }
+        Self.fanOut(message, audio: false, to: loops)
+    }
+
+    /// One task per event loop writes `message` to every sink on it.
+    private static func fanOut(_ message: ClientMessage, audio: Bool, to loops: [LoopGroup]) {
+        for group in loops {
+            let bytes = group.sinks[0].encode(message)
+            let sinks = group.sinks
+            group.loop.execute {
+                for sink in sinks { sink.deliver(bytes, audio: audio) }
             }
         }
     }
@@ -191,16 +264,18 @@ package final class SessionStore: Sendable {
 
     private func publish(_ id: SessionID, _ message: ClientMessage, event: WireEvent?) {
         var slow: [(Subscriber, String)] = []
-        state.withLock { state in
+        let loops = state.withLock { state -> [LoopGroup] in
             guard state.entries[id] != nil else {
                 if event == nil { state.counters.unknownSessionFrames += 1 }
-                return
+                return []
             }
             // In place: copying the entry out and back would copy its subscriber table per frame.
             deliver(message, event: event, to: &state.entries[id]!, counters: &state.counters, slow: &slow)
+            return state.entries[id]!.loops
         }
+        Self.fanOut(message, audio: event == nil, to: loops)
         for (subscriber, reason) in slow {
-            subscriber.continuation.finish()
+            if case .stream(let continuation) = subscriber.output { continuation.finish() }
             subscriber.onSlow(reason)
         }
     }
@@ -216,9 +291,11 @@ package final class SessionStore: Sendable {
         var index = entry.subscribers.startIndex
         while index != entry.subscribers.endIndex {
             defer { index = entry.subscribers.index(after: index) }
-            guard !entry.subscribers.values[index].slow else { continue }
+            guard !entry.subscribers.values[index].slow,
+                case .stream(let continuation) = entry.subscribers.values[index].output
+            else { continue }
             let lost: Bool
-            if case .dropped = entry.subscribers.values[index].continuation.yield(message) { lost = true } else { lost = false }
+            if case .dropped = continuation.yield(message) { lost = true } else { lost = false }
             guard isFrame else { continue }
             if lost { counters.slowClientDrops += 1 }
             entry.subscribers.values[index].framesInWindow += 1
