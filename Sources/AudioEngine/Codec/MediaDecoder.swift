@@ -54,6 +54,8 @@ public final class MediaDecoder {
     private let packet: UnsafeMutablePointer<AVPacket>
     private let frame: UnsafeMutablePointer<AVFrame>
     private let streamIndex: Int32
+    private let decoderCodec: UnsafePointer<AVCodec>
+    private let parameters: UnsafeMutablePointer<AVCodecParameters>
     private let timeBase: AVRational
     private let startTime: Int64
 
@@ -111,44 +113,44 @@ public final class MediaDecoder {
         }
         timeBase = stream.pointee.time_base
         startTime = stream.pointee.start_time == tonearm_av_nopts_value() ? 0 : stream.pointee.start_time
-        let context = avcodec_alloc_context3(decoderCodec)
-        self.codec = context
-        status = avcodec_parameters_to_context(context, stream.pointee.codecpar)
-        if status >= 0 { status = avcodec_open2(context, decoderCodec, nil) }
-        guard status >= 0, let context else {
-            var c = context
-            avcodec_free_context(&c)
-            var f: UnsafeMutablePointer<AVFormatContext>? = format
-            avformat_close_input(&f)
-            Self.free(packet, frame)
-            throw .ffmpeg(.openFailed, "cannot open the audio decoder", status)
-        }
-        if context.pointee.ch_layout.order == AV_CHANNEL_ORDER_UNSPEC {
-            let channels = context.pointee.ch_layout.nb_channels
-            av_channel_layout_uninit(&context.pointee.ch_layout)
-            av_channel_layout_default(&context.pointee.ch_layout, max(channels, 1))
-        }
+        self.decoderCodec = decoderCodec
+        let parameters = stream.pointee.codecpar!
+        self.parameters = parameters
         let duration = format.pointee.duration
-        let codecID = context.pointee.codec_id
-        let channels = Int(context.pointee.ch_layout.nb_channels)
-        let parameters = stream.pointee.codecpar.pointee
+        let channels = Int(parameters.pointee.ch_layout.nb_channels)
         self.info = MediaInfo(
             title: Self.metadata("title", format.pointee.metadata) ?? Self.metadata("title", stream.pointee.metadata),
             durationMS: duration > 0 ? duration / 1000 : nil,
-            codec: String(cString: avcodec_get_name(codecID)),
-            sampleRate: Int(context.pointee.sample_rate),
+            codec: String(cString: avcodec_get_name(parameters.pointee.codec_id)),
+            sampleRate: Int(parameters.pointee.sample_rate),
             channels: channels,
-            isOpusStereo48k: codecID == AV_CODEC_ID_OPUS && parameters.sample_rate == 48_000 && channels == 2)
-        do {
-            try makeResampler()
-        } catch {
-            var c: UnsafeMutablePointer<AVCodecContext>? = context
-            avcodec_free_context(&c)
-            var f: UnsafeMutablePointer<AVFormatContext>? = format
-            avformat_close_input(&f)
-            Self.free(packet, frame)
-            throw error
+            isOpusStereo48k: parameters.pointee.codec_id == AV_CODEC_ID_OPUS && parameters.pointee.sample_rate == 48_000
+                && channels == 2)
+        // An Opus source is passed through or decoded by libopus (`Pipeline`): FFmpeg's decoder,
+        // the resampler and the sample FIFO are opened only if `readFrame` is ever called, which
+        // keeps them out of a passthrough session's memory. Any other source opens them now, so
+        // a codec FFmpeg cannot decode is refused when the play is asked for.
+        // (A throw from here on runs deinit, which frees what is open.)
+        if !info.isOpusStereo48k { try openDecoder() }
+    }
+
+    /// Opens FFmpeg's decoder for the audio stream and the resampler to 48 kHz stereo.
+    private func openDecoder() throws(MediaError) {
+        guard codec == nil else { return }
+        var context = avcodec_alloc_context3(decoderCodec)
+        var status = avcodec_parameters_to_context(context, parameters)
+        if status >= 0 { status = avcodec_open2(context, decoderCodec, nil) }
+        guard status >= 0, let opened = context else {
+            avcodec_free_context(&context)
+            throw .ffmpeg(.openFailed, "cannot open the audio decoder", status)
         }
+        if opened.pointee.ch_layout.order == AV_CHANNEL_ORDER_UNSPEC {
+            let channels = opened.pointee.ch_layout.nb_channels
+            av_channel_layout_uninit(&opened.pointee.ch_layout)
+            av_channel_layout_default(&opened.pointee.ch_layout, max(channels, 1))
+        }
+        codec = opened
+        try makeResampler()
         fifo.reserveCapacity(OpusEncoder.frameFloats * 4)
     }
 
@@ -195,6 +197,7 @@ public final class MediaDecoder {
     /// Writes the next 20 ms into `output` (resized to `OpusEncoder.frameFloats`). The last frame
     /// of a source is padded with silence. Returns false once the source has no more audio.
     public func readFrame(into output: inout [Float]) throws(MediaError) -> Bool {
+        try openDecoder()
         let needed = OpusEncoder.frameFloats
         while fifo.count - fifoStart < needed && !resamplerDrained {
             try produce()
@@ -220,13 +223,15 @@ public final class MediaDecoder {
     /// Moves to `positionMS`. The next decoded frame starts exactly there; the next compressed
     /// packet is the first whose start is at or after it (the caller skips earlier ones).
     public func seek(toMS positionMS: Int64) throws(MediaError) {
-        guard let format, let codec else { return }
+        guard let format else { return }
         let target = max(0, positionMS)
         let timestamp = startTime + av_rescale_q(target, AVRational(num: 1, den: 1000), timeBase)
         let status = av_seek_frame(format, streamIndex, timestamp, AVSEEK_FLAG_BACKWARD)
         guard status >= 0 else { throw .ffmpeg(.readFailed, "seeking failed", status) }
-        avcodec_flush_buffers(codec)
-        try makeResampler()
+        if let codec {
+            avcodec_flush_buffers(codec)
+            try makeResampler()
+        }
         fifo.removeAll(keepingCapacity: true)
         fifoStart = 0
         demuxerDone = false
