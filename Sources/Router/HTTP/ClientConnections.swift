@@ -53,7 +53,7 @@ struct ClientConnections {
         let controller = await directory.controller(for: id)
         let channel = context.requestContext.channel
         let logger = context.logger
-        await Self.limitBuffering(channel)
+        await Self.limitBuffering(channel, frames: store.clientBufferFrames)
         let sink = WebSocketFanOut(
             eventLoop: channel.eventLoop, window: store.slowWindowFrames, dropLimit: store.slowDropLimit,
             closeGrace: closeGrace
@@ -83,12 +83,13 @@ struct ClientConnections {
     }
 
     /// Keeps what the kernel and NIO hold for one client to a few seconds of audio: Linux would
-    /// otherwise let a client that stopped reading queue up to 4 MB (minutes of Opus) before
-    /// its own bounded buffer in the store ever fills.
-    static func limitBuffering(_ channel: any Channel) async {
+    /// otherwise let a client that stopped reading queue up to 4 MB (minutes of Opus). NIO's
+    /// share is `frames` of 128 kbit/s audio: beyond it a WebSocket client's frames are dropped.
+    static func limitBuffering(_ channel: any Channel, frames: Int = 50) async {
+        let high = max(4 * 1024, frames * 330)
         try? await channel.setOption(ChannelOptions.socketOption(.so_sndbuf), value: 32 * 1024).get()
         try? await channel.setOption(
-            ChannelOptions.writeBufferWaterMark, value: ChannelOptions.Types.WriteBufferWaterMark(low: 8 * 1024, high: 16 * 1024)
+            ChannelOptions.writeBufferWaterMark, value: ChannelOptions.Types.WriteBufferWaterMark(low: high / 2, high: high)
         ).get()
     }
 

@@ -7,8 +7,8 @@ import NIOCore
 import NIOWebSocket
 
 /// The WebSocket frame bytes of a message (RFC 6455 §5.2, server to client: no mask).
-enum WebSocketWire {
-    static func frame(_ message: ClientMessage, allocator: ByteBufferAllocator = ByteBufferAllocator()) -> ByteBuffer {
+package enum WebSocketWire {
+    package static func frame(_ message: ClientMessage, allocator: ByteBufferAllocator = ByteBufferAllocator()) -> ByteBuffer {
         switch message {
         case .audio(let payload):
             return frame(opcode: 0x2, payload: payload.readableBytesView, allocator: allocator)
