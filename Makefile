@@ -12,7 +12,7 @@ RUN_DIR ?= /tmp/tonearm-run
 export TONEARM_SOCKET ?= $(RUN_DIR)/engine.sock
 export TONEARM_MEDIA_DIR ?= $(DEMO_MEDIA)
 
-.PHONY: deps build build-release test run demo-media clean
+.PHONY: deps build build-release test run demo-media clean bench bench-smoke bench-micro
 
 ## Installs the Debian packages and Python tools Tonearm needs (skipped when all are present).
 deps:
@@ -64,6 +64,23 @@ test: deps
 	swift build -c release --product AudioEngine
 	swift build -c release --product Router
 	TONEARM_BIN_DIR="$$(swift build -c release --show-bin-path)" swift test --skip-build --no-parallel
+
+## The load tool against release builds (docs/benchmarks.md): about 25 minutes on two cores.
+## BENCH_ARGS picks rows and sizes, e.g. make bench BENCH_ARGS="--rows pacing --pacing-seconds 60".
+bench: deps
+	swift build -c release --product AudioEngine
+	swift build -c release --product Router
+	swift build -c release --product tonearm-listeners
+	Benchmarks/Load/tonearm-load $(BENCH_ARGS)
+
+## Every row of the load tool at toy sizes, in about a minute (CI runs it; no thresholds).
+bench-smoke: BENCH_ARGS = --smoke
+bench-smoke: bench
+
+## The micro-benchmarks: wire format, Opus encode, pacer tick, Router publish (package-benchmark,
+## which builds them in release; they exist only when TONEARM_BENCHMARKS is set).
+bench-micro: deps
+	TONEARM_BENCHMARKS=1 swift package benchmark --target TonearmBenchmarks --format markdown
 
 clean:
 	rm -rf .build "$(DEMO_MEDIA)"

@@ -79,10 +79,22 @@ let benchmarks: @Sendable () -> Void = {
             teardown: { fixture.stop() })
     }
 
+    for clients in [1, 50, 1_000] {
+        let fixture = SinkFixture(clients: clients)
+        Benchmark(
+            "router: publish one frame to \(clients) WebSocket client(s), until written on their loop",
+            configuration: .init(scalingFactor: clients >= 1_000 ? .one : .kilo),
+            closure: { benchmark in
+                for _ in benchmark.scaledIterations { fixture.publish() }
+            },
+            setup: { fixture.start() },
+            teardown: { fixture.stop() })
+    }
+
     for subscribers in [1, 50, 1_000] {
         let fixture = PublishFixture(subscribers: subscribers)
         Benchmark(
-            "router: publish one frame to \(subscribers) subscriber(s)",
+            "router: publish one frame to \(subscribers) stream subscriber(s) (/listen)",
             configuration: .init(scalingFactor: subscribers >= 1_000 ? .one : .kilo),
             closure: { benchmark in
                 for _ in benchmark.scaledIterations { fixture.publish() }
@@ -203,6 +215,49 @@ final class PublishFixture: @unchecked Sendable {
         for reader in readers { reader.cancel() }
         for reader in readers { await reader.value }
         readers = []
+    }
+}
+
+/// One session with N WebSocket-style clients: sinks on one real event loop that frame each
+/// message once per loop and "write" it by counting bytes (no socket, so this is the Router's own
+/// cost). A publish is measured until the loop has delivered it to every client.
+final class SinkFixture: @unchecked Sendable {
+    final class CountingSink: ClientSink, @unchecked Sendable {
+        let eventLoop: any EventLoop
+        var bytes = 0
+        init(eventLoop: any EventLoop) { self.eventLoop = eventLoop }
+        func encode(_ message: ClientMessage) -> ByteBuffer { WebSocketWire.frame(message) }
+        func deliver(_ bytes: ByteBuffer, audio: Bool) { self.bytes += bytes.readableBytes }
+    }
+
+    let clients: Int
+    private let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+    private let store = SessionStore()
+    private let id = try! SessionID("bench-session")
+    private let packet: WireMessage
+    private var tokens: [UInt64] = []
+
+    init(clients: Int) {
+        self.clients = clients
+        var payload = ByteBufferAllocator().buffer(capacity: 320)
+        payload.writeBytes((0..<320).map { UInt8(truncatingIfNeeded: $0) })
+        packet = .audio(AudioPacket(sessionID: id, payload: payload))
+    }
+
+    func start() {
+        store.register(id)
+        let loop = group.next()
+        tokens = (0..<clients).map { _ in store.subscribe(id, kind: .bot, sink: CountingSink(eventLoop: loop)) }
+    }
+
+    func publish() {
+        store.route(packet)
+        try! group.next().submit {}.wait()
+    }
+
+    func stop() {
+        for token in tokens { store.unsubscribe(id, token: token) }
+        try? group.syncShutdownGracefully()
     }
 }
 
