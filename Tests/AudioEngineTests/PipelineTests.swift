@@ -31,6 +31,33 @@ import Testing
         #expect(abs(Spectrum.dBFS(middle) - (-9.03)) < 1)
     }
 
+    /// FFmpeg's decoder is opened lazily for a 48 kHz stereo Opus source (passthrough never needs
+    /// it): reading frames opens it, and a seek made before that still lands where it was asked.
+    @Test func anOpusSourceDecodesOnDemandAndSeeksBeforeItsDecoderExists() throws {
+        let directory = try TemporaryDirectory()
+        let file = directory.file("steps.webm")
+        // 440 Hz for the first 2 s, then 880 Hz.
+        let wave = "0.5*sin(2*PI*(440+440*gte(t\\,2))*t)"
+        try MediaFixture.ffmpeg([
+            "-f", "lavfi", "-i", "aevalsrc=\(wave)|\(wave):s=48000:d=4", "-c:a", "libopus", "-b:a", "128k", file,
+        ])
+        func dominant(_ decoder: MediaDecoder, frames: Int) throws -> Double {
+            var frame: [Float] = []
+            var pcm: [Float] = []
+            for _ in 0..<frames {
+                guard try decoder.readFrame(into: &frame) else { break }
+                pcm += frame
+            }
+            return Spectrum.dominantFrequency(Array(Spectrum.left(pcm).dropFirst(960)))
+        }
+        let fromStart = try MediaDecoder(url: file)
+        #expect(fromStart.info.isOpusStereo48k)
+        #expect(abs(try dominant(fromStart, frames: 25) - 440) < 5)
+        let sought = try MediaDecoder(url: file)
+        try sought.seek(toMS: 2_500)
+        #expect(abs(try dominant(sought, frames: 25) - 880) < 5)
+    }
+
     @Test func aFileWithoutAudioIsAClearError() throws {
         let directory = try TemporaryDirectory()
         let path = directory.file("text.mp3")
