@@ -12,7 +12,7 @@ RUN_DIR ?= /tmp/tonearm-run
 export TONEARM_SOCKET ?= $(RUN_DIR)/engine.sock
 export TONEARM_MEDIA_DIR ?= $(DEMO_MEDIA)
 
-.PHONY: deps build build-release test run demo-media clean bench bench-smoke bench-micro
+.PHONY: deps build build-release test run demo-media clean bench bench-smoke bench-micro deploy-test
 
 ## Installs the Debian packages and Python tools Tonearm needs (skipped when all are present).
 deps:
@@ -58,8 +58,10 @@ run: build-release demo-media
 	"$$bin/Router"
 
 ## Builds everything and runs every test suite. The end-to-end tests start release builds of
-## the two executables, as a user would run them; unit tests run in the debug build.
+## the two executables, as a user would run them; unit tests run in the debug build. First, in a
+## second: does Package.swift load from what the image's Dockerfile copies?
 test: deps
+	deploy/check-build-context.sh
 	swift build --build-tests
 	swift build -c release --product AudioEngine
 	swift build -c release --product Router
@@ -70,7 +72,7 @@ test: deps
 bench: deps
 	swift build -c release --product AudioEngine
 	swift build -c release --product Router
-	swift build -c release --product tonearm-listeners
+	TONEARM_BENCHMARKS=1 swift build -c release --product tonearm-listeners
 	Benchmarks/Load/tonearm-load $(BENCH_ARGS)
 
 ## Every row of the load tool at toy sizes, in about a minute (CI runs it; no thresholds).
@@ -81,6 +83,11 @@ bench-smoke: bench
 ## which builds them in release; they exist only when TONEARM_BENCHMARKS is set).
 bench-micro: deps
 	TONEARM_BENCHMARKS=1 swift package benchmark --target TonearmBenchmarks --format markdown
+
+## docker-compose up --build for real (podman here, through ../shared/tools/offline-containers.sh),
+## from no cached Tonearm layer: build, health, a tone heard, an engine restart, a graceful stop.
+deploy-test:
+	deploy/smoke-test.sh
 
 clean:
 	rm -rf .build "$(DEMO_MEDIA)"

@@ -15,7 +15,6 @@ let package = Package(
         .executable(name: "AudioEngine", targets: ["AudioEngineMain"]),
         .executable(name: "Router", targets: ["RouterMain"]),
         .library(name: "WireProtocol", targets: ["WireProtocol"]),
-        .executable(name: "tonearm-listeners", targets: ["TonearmListeners"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -98,14 +97,6 @@ let package = Package(
             path: "Sources/Router/Main",
             swiftSettings: swiftSettings
         ),
-        // The load tool's WebSocket listeners (Benchmarks/Load): raw sockets, no dependencies.
-        .systemLibrary(name: "CEpoll", path: "Benchmarks/Load/CEpoll"),
-        .executableTarget(
-            name: "TonearmListeners",
-            dependencies: ["CEpoll"],
-            path: "Benchmarks/Load/Listeners",
-            swiftSettings: swiftSettings
-        ),
         .target(
             name: "TestSupport",
             dependencies: [
@@ -159,9 +150,22 @@ let package = Package(
     ]
 )
 
-// The micro-benchmarks (package-benchmark) are kept out of the normal build: they and their
-// dependency exist only when TONEARM_BENCHMARKS is set (`make bench` sets it).
+// Everything under Benchmarks/ is kept out of the normal build, and so out of the image, whose
+// build context holds only Package.swift, Sources and Tests (deploy/Dockerfile, checked by
+// deploy/check-build-context.sh): the micro-benchmarks (package-benchmark), their dependency and
+// the load tool's listeners exist only when TONEARM_BENCHMARKS is set (the bench targets set it).
 if Context.environment["TONEARM_BENCHMARKS"] != nil {
+    package.products.append(.executable(name: "tonearm-listeners", targets: ["TonearmListeners"]))
+    // The load tool's WebSocket listeners (Benchmarks/Load): raw sockets, no dependencies.
+    package.targets.append(contentsOf: [
+        .systemLibrary(name: "CEpoll", path: "Benchmarks/Load/CEpoll"),
+        .executableTarget(
+            name: "TonearmListeners",
+            dependencies: ["CEpoll"],
+            path: "Benchmarks/Load/Listeners",
+            swiftSettings: swiftSettings
+        ),
+    ])
     package.dependencies.append(
         .package(url: "https://github.com/ordo-one/benchmark.git", from: "1.38.1", traits: ["MallocInterposer"]))
     package.targets.append(

@@ -60,9 +60,13 @@ export TONEARM_PUBLISH=127.0.0.1:$PORT TONEARM_BOT_TOKEN=$BOT TONEARM_MEDIA=$WOR
 export PIP_NO_INDEX=${PIP_NO_INDEX:-}
 URL=http://127.0.0.1:$PORT
 
-step "docker-compose up -d --build (a release build of both executables; several minutes)"
+step "docker-compose up -d --build (a release build of both executables, from scratch; several minutes)"
 started=$(date +%s)
-compose build --build-arg PIP_NO_INDEX="$PIP_NO_INDEX" >"$WORK/build.log" 2>&1 || { tail -40 "$WORK/build.log"; fail "the image did not build"; exit 1; }
+# From a clean state as far as this machine allows: the base images stay (the offline tool built
+# them), but no layer of an earlier Tonearm build is reused.
+if [ "$podman_mode" = 1 ]; then podman rmi -f "tonearm:$TONEARM_VERSION" >/dev/null 2>&1 || true
+else docker rmi -f "tonearm:$TONEARM_VERSION" >/dev/null 2>&1 || true; fi
+compose build --no-cache --build-arg PIP_NO_INDEX="$PIP_NO_INDEX" >"$WORK/build.log" 2>&1 || { tail -40 "$WORK/build.log"; fail "the image did not build"; exit 1; }
 ok "image built in $(( $(date +%s) - started )) s"
 if [ "$podman_mode" = 1 ]; then
   # podman runs health checks from systemd timers, and this machine has no systemd: run them here.
