@@ -30,7 +30,17 @@ if [ -z "${DOCKER_HOST:-}" ] && [ ! -S /var/run/docker.sock ]; then
   if ! command -v podman >/dev/null || ! podman image exists docker.io/library/swift:6.3-bookworm; then
     "$OFFLINE_TOOL" setup
   fi
+  # The API socket outlives its service (a reboot, a killed session, /tmp kept): the tool then
+  # reports "already running" for a socket nobody answers. Clear a socket that does not answer.
+  socket=${DOCKER_HOST#unix://}
+  answers() { curl -sf --max-time 3 --unix-socket "$socket" http://d/_ping >/dev/null 2>&1; }
+  if [ -S "$socket" ] && ! answers; then
+    echo "a stale podman API socket ($socket): starting the service again"
+    rm -f "$socket"
+  fi
   "$OFFLINE_TOOL" api
+  for _ in $(seq 100); do answers && break; sleep 0.1; done
+  answers || { echo "the podman API on $socket does not answer; see $(dirname "$socket")/api.log"; exit 1; }
   podman_mode=1
   # No PyPI inside the build here: hand the image the yt-dlp wheel from the host's pip.
   export PIP_NO_INDEX=1
