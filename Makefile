@@ -4,7 +4,7 @@
 
 SHELL := /bin/bash
 APT_PACKAGES := pkg-config libopus-dev libavcodec-dev libavformat-dev libswresample-dev libavutil-dev libsqlite3-dev \
-                ffmpeg opus-tools python3 chromium curl
+                ffmpeg opus-tools python3 chromium curl openssl libnss3-tools
 PIP_PACKAGES := yt-dlp==2026.10.26 playwright==1.49.1
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_MEDIA ?= $(CURDIR)/demo-media

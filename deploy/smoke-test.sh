@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# deploy/smoke-test.sh — runs the real `docker-compose up -d --build` from deploy/, then checks
-# as a user would, through the Router's published port on 127.0.0.1 only: health, a generated
-# tone played through the API and heard over a bot WebSocket and the Ogg /listen stream, an
-# engine restart the Router recovers from; then `docker-compose down -v`. Exits non-zero and says
-# what failed on any failure.
+# deploy/smoke-test.sh — runs the real `docker-compose --profile https up -d --build` from deploy/,
+# then checks as a user would, through the published ports on 127.0.0.1 only: health, a generated
+# tone played through the API and heard over a bot WebSocket and the Ogg /listen stream, the same
+# over HTTPS through Caddy (wss:// and https://, verified against Caddy's own authority), an engine
+# restart the Router recovers from, the Router serving TLS itself with docker-compose.tls.yml and a
+# test authority's certificate, a graceful stop; then `docker-compose down -v`. Exits non-zero and
+# says what failed on any failure.
 #
 # With a Docker engine (DOCKER_HOST or /var/run/docker.sock) it uses that. Without one — this
 # project's CI machines reach no image registry — it uses ../shared/tools/offline-containers.sh:
@@ -49,7 +51,7 @@ fi
 env -u PIP_NO_INDEX python3 -m pip download --quiet --no-deps --dest "$DEPLOY/wheels" "yt-dlp==2026.10.26" \
   || echo "could not download yt-dlp here; the image build will try PyPI itself"
 
-compose() { docker-compose -p "$PROJECT" -f "$DEPLOY/docker-compose.yml" "$@"; }
+compose() { docker-compose -p "$PROJECT" -f "$DEPLOY/docker-compose.yml" --profile https "$@"; }
 
 cleanup() {
   step "docker-compose down -v"
@@ -61,12 +63,14 @@ cleanup() {
 trap cleanup EXIT
 
 # ---- configuration: a free port, a bot token, generated media --------------------------------
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+PORT=$(free_port) HTTPS_PORT=$(free_port) HTTP_PORT=$(free_port)
 BOT=$(python3 -c 'import secrets; print(secrets.token_urlsafe(24))')
 mkdir -p "$WORK/media"
 ffmpeg -nostdin -loglevel error -f lavfi -i "aevalsrc=0.5*sin(2*PI*440*t)|0.5*sin(2*PI*440*t):s=44100:d=60" "$WORK/media/tone-440.mp3"
 chmod -R a+rX "$WORK"
 export TONEARM_PUBLISH=127.0.0.1:$PORT TONEARM_BOT_TOKEN=$BOT TONEARM_MEDIA=$WORK/media TONEARM_VERSION=smoke
+export TONEARM_HTTPS_PUBLISH=127.0.0.1:$HTTPS_PORT TONEARM_HTTP_PUBLISH=127.0.0.1:$HTTP_PORT TONEARM_DOMAIN=localhost
 export PIP_NO_INDEX=${PIP_NO_INDEX:-}
 URL=http://127.0.0.1:$PORT
 
@@ -74,8 +78,10 @@ step "docker-compose up -d --build (a release build of both executables, from sc
 started=$(date +%s)
 # From a clean state as far as this machine allows: the base images stay (the offline tool built
 # them), but no layer of an earlier Tonearm build is reused.
-if [ "$podman_mode" = 1 ]; then podman rmi -f "tonearm:$TONEARM_VERSION" >/dev/null 2>&1 || true
-else docker rmi -f "tonearm:$TONEARM_VERSION" >/dev/null 2>&1 || true; fi
+for image in "tonearm:$TONEARM_VERSION" "tonearm-https:$TONEARM_VERSION"; do
+  if [ "$podman_mode" = 1 ]; then podman rmi -f "$image" >/dev/null 2>&1 || true
+  else docker rmi -f "$image" >/dev/null 2>&1 || true; fi
+done
 compose build --no-cache --build-arg PIP_NO_INDEX="$PIP_NO_INDEX" >"$WORK/build.log" 2>&1 || { tail -40 "$WORK/build.log"; fail "the image did not build"; exit 1; }
 ok "image built in $(( $(date +%s) - started )) s"
 if [ "$podman_mode" = 1 ]; then
@@ -116,6 +122,29 @@ listen_check() { # label
 step "a tone through the API, heard over WebSocket and Ogg"
 listen_check "first play"
 
+# HTTPS checks against `name` (resolved to 127.0.0.1) on `port`, trusting the authority `ca`.
+https_check() { # label port ca
+  local label=$1 port=$2 ca=$3
+  health=$(curl -fsS --max-time 3 --cacert "$ca" --resolve "localhost:$port:127.0.0.1" "https://localhost:$port/health" 2>&1 || true)
+  echo "$health" | grep -q '"status":"ok"' && ok "$label: https://localhost:$port/health verified and answered" || fail "$label: /health over HTTPS: $health"
+  frames=$(SSL_CERT_FILE=$ca python3 "$PROBE" "wss://localhost:$port/bot?guild=smoke&token=$BOT" record 4 "$WORK/wss.ogg" || echo 0)
+  hz=$(python3 "$PROBE" tone "$WORK/wss.ogg" 2>/dev/null || echo 0)
+  if [ "$frames" -ge 150 ] && [ "$hz" -ge 435 ] && [ "$hz" -le 445 ]; then ok "$label: wss:// got $frames Opus frames in 4 s, decoded to $hz Hz"
+  else fail "$label: wss:// got $frames frames, decoded to $hz Hz (expected ≥ 150 frames of 440 Hz)"; fi
+  curl -s --max-time 4 --cacert "$ca" --resolve "localhost:$port:127.0.0.1" "https://localhost:$port/listen/smoke.ogg?token=$BOT" >"$WORK/https.ogg" || true
+  hz=$(python3 "$PROBE" tone "$WORK/https.ogg" 2>/dev/null || echo 0)
+  if [ "$hz" -ge 435 ] && [ "$hz" -le 445 ]; then ok "$label: https:// Ogg stream decoded to $hz Hz"; else fail "$label: https:// Ogg stream decoded to $hz Hz"; fi
+}
+
+step "HTTPS in front: the https profile (Caddy from Debian, its own authority)"
+root="$WORK/caddy-root.crt"
+for _ in $(seq 60); do
+  compose exec -T https cat /data/caddy/pki/authorities/local/root.crt >"$root" 2>/dev/null && [ -s "$root" ] && break
+  sleep 1
+done
+if [ -s "$root" ]; then ok "Caddy made its authority; the client trusts only that"; https_check "Caddy" "$HTTPS_PORT" "$root"
+else fail "no root certificate from Caddy: $(compose logs --tail 20 https 2>&1)"; fi
+
 step "restart the engine container"
 connects=$(router_health | python3 -c 'import json,sys; print(json.load(sys.stdin)["engine"]["connects"])')
 compose restart engine >/dev/null 2>&1 || fail "docker-compose restart engine failed"
@@ -125,12 +154,39 @@ state=$(curl -s -H "Authorization: Bearer $BOT" "$URL/api/sessions/smoke")
 echo "$state" | grep -q '"status":"idle"' && ok "the lost play ended for its listeners (idle, not silent 'playing')" || fail "state after the restart: $state"
 listen_check "after the restart"
 
+step "the Router serving TLS itself (docker-compose.tls.yml, a certificate from a test authority)"
+tls=$WORK/tls
+mkdir -p "$tls"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj "/CN=smoke authority" \
+  -keyout "$tls/ca-key.pem" -out "$tls/ca.pem" 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=localhost" -keyout "$tls/key.pem" -out "$tls/req.csr" 2>/dev/null
+printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >"$tls/ext"
+openssl x509 -req -in "$tls/req.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca-key.pem" -CAcreateserial -days 1 \
+  -extfile "$tls/ext" -out "$tls/cert.pem" 2>/dev/null
+chmod a+r "$tls"/*.pem
+export TONEARM_TLS_DIR=$tls
+docker-compose -p "$PROJECT" -f "$DEPLOY/docker-compose.yml" -f "$DEPLOY/docker-compose.tls.yml" up -d router >"$WORK/tls-up.log" 2>&1 \
+  || { cat "$WORK/tls-up.log"; fail "docker-compose up with docker-compose.tls.yml failed"; }
+tls_health() { curl -fsS --max-time 2 --cacert "$tls/ca.pem" --resolve "localhost:$PORT:127.0.0.1" "https://localhost:$PORT/health" 2>/dev/null || true; }
+for _ in $(seq 60); do tls_health | grep -q '"connected":true' && break; sleep 1; done
+if tls_health | grep -q '"connected":true'; then
+  ok "the published port now speaks HTTPS with the mounted certificate, linked to the engine"
+  code=$(curl -s -o /dev/null -w '%{http_code}' -X POST -H "Authorization: Bearer $BOT" -H 'Content-Type: application/json' \
+    -d '{"url":"tone-440.mp3"}' --cacert "$tls/ca.pem" --resolve "localhost:$PORT:127.0.0.1" "https://localhost:$PORT/api/sessions/smoke/play")
+  [ "$code" = 202 ] && ok "play over HTTPS answered 202" || fail "play over HTTPS answered $code"
+  https_check "Router TLS" "$PORT" "$tls/ca.pem"
+  plain=$(curl -s -o /dev/null -w '%{http_code}' --max-time 3 "http://127.0.0.1:$PORT/health" || true)
+  [ "$plain" != 200 ] && ok "plain HTTP on that port is refused ($plain)" || fail "plain HTTP still answered 200"
+else
+  fail "the Router did not come up with TLS: $(docker-compose -p "$PROJECT" -f "$DEPLOY/docker-compose.yml" logs --tail 20 router 2>&1)"
+fi
+
 step "graceful stop (SIGTERM, within the 10 s stop_grace_period)"
 started=$(date +%s.%N)
 compose stop >/dev/null 2>&1 || fail "docker-compose stop failed"
 took=$(python3 -c "print(round($(date +%s.%N) - $started, 1))")
 python3 -c "import sys; sys.exit(0 if $took < 10 else 1)" && ok "both stopped in $took s" || fail "stopping took $took s"
-for service in engine router; do
+for service in engine router https; do
   id=$(compose ps -q "$service")
   if [ "$podman_mode" = 1 ]; then code=$(podman inspect -f '{{.State.ExitCode}}' "$id" 2>/dev/null || echo "?")
   else code=$(docker inspect -f '{{.State.ExitCode}}' "$id" 2>/dev/null || echo "?"); fi

@@ -16,7 +16,7 @@ package enum AudioEngineService {
         let resolver = SourceResolver(
             library: MediaLibrary(directory: configuration.mediaDirectory),
             policy: NetworkPolicy(allowPrivateSources: configuration.allowPrivateSources),
-            ytdlp: YTDLP(executable: configuration.ytdlpPath))
+            ytdlp: YTDLP(executable: configuration.ytdlpPath, limits: configuration.resolveLimits))
         let metrics = EngineMetrics.prometheus()
         let manager = SessionManager(
             resolver: resolver, configuration: configuration.playback, workers: workers, openers: openers,

@@ -20,6 +20,8 @@ package struct EngineConfiguration: Sendable {
     package var allowPrivateSources = false
     /// The yt-dlp executable (a name on PATH or a path).
     var ytdlpPath = "yt-dlp"
+    /// yt-dlp processes (and sources opened to describe them) at once, and how many more may wait.
+    var resolveLimits = ConcurrencyGate.Limits()
     /// The yt-dlp search prefix for `GET /search` (`ytsearch`, `scsearch`, …).
     var searchPrefix = "ytsearch"
 
@@ -51,6 +53,12 @@ package struct EngineConfiguration: Sendable {
         }
         if let value = environment["TONEARM_YTDLP"] { ytdlpPath = value }
         if let value = environment["TONEARM_SEARCH_PREFIX"] { searchPrefix = value }
+        if let value = environment["TONEARM_RESOLVE_CONCURRENCY"] {
+            resolveLimits.limit = try Self.int(value, "TONEARM_RESOLVE_CONCURRENCY", 1...64)
+        }
+        if let value = environment["TONEARM_RESOLVE_QUEUE"] {
+            resolveLimits.queueLimit = try Self.int(value, "TONEARM_RESOLVE_QUEUE", 0...1_000)
+        }
         if let value = environment["TONEARM_WORKER_THREADS"] {
             workerThreads = try Self.int(value, "TONEARM_WORKER_THREADS", 1...256)
         }

@@ -25,6 +25,12 @@ package struct RouterConfiguration: Sendable {
     var tokenSecret: String?
     /// Lets bots use any (guild) session.
     var botToken: String?
+    /// The most engine plays browser sessions may hold at once; bots keep the rest of the pool.
+    /// Half of TONEARM_MAX_SESSIONS (the engine's pool, 60 by default) unless set.
+    var browserPlays = 30
+    /// HTTPS: a PEM certificate chain (leaf first) and its PEM private key. Both or neither.
+    package var tlsCertificatePath: String?
+    package var tlsKeyPath: String?
 
     init() {}
 
@@ -44,6 +50,13 @@ package struct RouterConfiguration: Sendable {
             }
             clientBufferFrames = frames
         }
+        if let value = environment["TONEARM_MAX_SESSIONS"], let pool = Int(value), pool > 0 { browserPlays = pool / 2 }
+        if let value = environment["TONEARM_BROWSER_PLAYS"], !value.isEmpty {
+            guard let plays = Int(value), (0...100_000).contains(plays) else {
+                throw RouterConfigurationError(message: "TONEARM_BROWSER_PLAYS=\(value) is not a number of plays (0...100000)")
+            }
+            browserPlays = plays
+        }
         if let value = environment["TONEARM_DATABASE"], !value.isEmpty { databasePath = value }
         if let value = environment["TONEARM_PING_INTERVAL"] { pingInterval = .seconds(try Self.seconds(value, "TONEARM_PING_INTERVAL")) }
         if let value = environment["TONEARM_STALE_SESSION_TIMEOUT"] {
@@ -51,6 +64,12 @@ package struct RouterConfiguration: Sendable {
         }
         if let value = environment["TONEARM_TOKEN_SECRET"], !value.isEmpty { tokenSecret = value }
         if let value = environment["TONEARM_BOT_TOKEN"], !value.isEmpty { botToken = value }
+        if let value = environment["TONEARM_TLS_CERT"], !value.isEmpty { tlsCertificatePath = value }
+        if let value = environment["TONEARM_TLS_KEY"], !value.isEmpty { tlsKeyPath = value }
+        if (tlsCertificatePath == nil) != (tlsKeyPath == nil) {
+            throw RouterConfigurationError(
+                message: "TONEARM_TLS_CERT and TONEARM_TLS_KEY go together: set both (PEM files) to serve HTTPS, or neither")
+        }
         if let value = environment["TONEARM_ENGINE_URL"] {
             engineURL = value
         } else if let port = environment["TONEARM_ENGINE_PORT"] {

@@ -1,6 +1,8 @@
 // The Router's services wired together: the executable runs them through here.
 import Foundation
 import Hummingbird
+import HummingbirdCore
+import HummingbirdTLS
 import HummingbirdWebSocket
 import Logging
 import ServiceLifecycle
@@ -14,7 +16,9 @@ package enum RouterService {
         let engine = EngineClient(baseURL: configuration.engineURL)
         let database = try SessionDatabase(path: configuration.database)
         let writer = PersistenceWriter(database: database, logger: logger)
-        let directory = SessionDirectory(store: store, engine: engine, database: database, writer: writer, logger: logger)
+        let directory = SessionDirectory(
+            store: store, engine: engine, database: database, writer: writer, logger: logger,
+            browserPlays: configuration.browserPlays)
         await directory.restore()
         let (events, eventSink) = AsyncStream<WireEvent>.makeStream()
         store.forwardEvents(to: eventSink)
@@ -25,11 +29,14 @@ package enum RouterService {
         let access = AccessControl(tokens: IdentityTokens(secret: secret), botToken: configuration.botToken)
         let api = RouterApplication(store: store, directory: directory, link: link, engine: engine, access: access)
         let router = api.makeRouter(publicDirectory: publicDirectory())
+        let http = HTTPServerBuilder.http1WebSocketUpgrade(
+            webSocketRouter: router,
+            configuration: .init(ws: .init(maxFrameSize: 1 << 16, autoPing: .enabled(timePeriod: configuration.pingInterval))))
+        let tls = try configuration.tlsConfiguration()
+        if tls != nil { logger.info("serving HTTPS", metadata: ["certificate": "\(configuration.tlsCertificatePath ?? "")"]) }
         let app = Application(
             router: router,
-            server: .http1WebSocketUpgrade(
-                webSocketRouter: router,
-                configuration: .init(ws: .init(maxFrameSize: 1 << 16, autoPing: .enabled(timePeriod: configuration.pingInterval)))),
+            server: try tls.map { try .tls(http, tlsConfiguration: $0) } ?? http,
             configuration: .init(
                 address: .hostname(configuration.host, port: configuration.port), serverName: "tonearm-router"),
             logger: logger)

@@ -45,16 +45,30 @@ public enum FinishReason: String, Codable, Sendable {
     case cleanup
 }
 
-/// One event. Encoded by `JSONEncoder`, so any string content round-trips.
+/// One event. Encoded by `JSONEncoder`, so any string content round-trips. Its strings are cut
+/// to `Limit`s (at a character boundary, ending in "…"), so a line is at most `maxLineBytes`
+/// long whatever a source's tags hold and can never exceed what a reader accepts.
 public struct WireEvent: Hashable, Sendable, Codable {
+    /// The most UTF-8 bytes each string field keeps.
+    public enum Limit {
+        public static let code = 64
+        public static let message = 1_024
+        public static let url = 4_096
+        public static let title = 1_024
+    }
+
+    /// An upper bound on a line's length: every string at its limit and every byte escaped as
+    /// `\u00XX` (6 bytes), plus the keys, numbers and punctuation. Inside `WireFormat.maxFrameLength`.
+    public static let maxLineBytes = 6 * (Limit.code + Limit.message + Limit.url + Limit.title) + 512
+
     public var type: EventType
     public var sessionID: SessionID
     public var playID: UInt64?
     public var reason: FinishReason?
-    public var code: String?
-    public var message: String?
-    public var url: String?
-    public var title: String?
+    public var code: String? { didSet { code = Self.bounded(code, Limit.code) } }
+    public var message: String? { didSet { message = Self.bounded(message, Limit.message) } }
+    public var url: String? { didSet { url = Self.bounded(url, Limit.url) } }
+    public var title: String? { didSet { title = Self.bounded(title, Limit.title) } }
     public var durationMS: Int64?
     public var positionMS: Int64?
     public var volume: Int?
@@ -69,10 +83,10 @@ public struct WireEvent: Hashable, Sendable, Codable {
         self.sessionID = sessionID
         self.playID = playID
         self.reason = reason
-        self.code = code
-        self.message = message
-        self.url = url
-        self.title = title
+        self.code = Self.bounded(code, Limit.code)
+        self.message = Self.bounded(message, Limit.message)
+        self.url = Self.bounded(url, Limit.url)
+        self.title = Self.bounded(title, Limit.title)
         self.durationMS = durationMS
         self.positionMS = positionMS
         self.volume = volume
@@ -87,6 +101,18 @@ public struct WireEvent: Hashable, Sendable, Codable {
         case durationMS = "duration_ms"
         case positionMS = "position_ms"
         case volume, passthrough
+    }
+
+    /// `text` cut to at most `limit` UTF-8 bytes at a character boundary, ending in "…" if cut.
+    public static func bounded(_ text: String?, _ limit: Int) -> String? {
+        guard let text, text.utf8.count > limit else { return text }
+        let ellipsis = "…"
+        var kept = ""
+        for character in text {
+            if kept.utf8.count + character.utf8.count + ellipsis.utf8.count > limit { break }
+            kept.append(character)
+        }
+        return kept + ellipsis
     }
 
     /// The event as one JSON object, without the trailing newline.

@@ -2,10 +2,13 @@
 """Drives the playground in Debian's Chromium (headless, through Playwright) against a running
 Router, and checks what each page decoded through its `window.tonearm` hook.
 
-  playground.py ROUTER_URL SCENARIO [--screenshots DIR]
+  playground.py ROUTER_URL SCENARIO [--screenshots DIR] [--insecure] [--ca PEM] [--rounds N]
 
 Scenarios: isolation (T1, T2), stop (T3), replace (T4), controls, queue, errors, restart, guilds,
-search, fallback, stall.
+search, stall, plain_http, https, latency.
+--insecure opens the page on http://tonearm.test:PORT (a host name, so not a secure context: no
+WebCodecs) and --ca trusts a certificate authority (an NSS database in a temporary HOME); both
+launch Chromium with its default autoplay policy, so only the page's own clicks can start audio.
 Exits 0 when every check passed, else prints the failures and exits 1. The `restart` and `stall`
 scenarios print `PLAYING` and wait for a line on stdin (sent after the test restarted the engine,
 or froze the Router for a moment).
@@ -219,21 +222,11 @@ def stall(browser, url, _):
 
 
 def guilds(browser, url, _):
-    import json, urllib.request
+    def rest_(method, path, body=None, token=None):
+        return rest(url, method, path, body, token)
 
-    def rest(method, path, body=None, token=None):
-        request = urllib.request.Request(url.rstrip("/") + path, method=method,
-                                         data=json.dumps(body).encode() if body is not None else None,
-                                         headers={"Authorization": f"Bearer {token or BOT_TOKEN}",
-                                                  "Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                return response.status, json.load(response)
-        except urllib.error.HTTPError as error:
-            return error.code, json.load(error)
-
-    check(rest("POST", "/api/sessions/81384788765712384/play", {"url": "tone-440.mp3"})[0] == 202, "a bot plays in a guild")
-    check(rest("POST", "/api/sessions/41771983423143937/queue", {"url": "tone-880.mp3"})[0] == 200, "and in another")
+    check(rest_("POST", "/api/sessions/81384788765712384/play", {"url": "tone-440.mp3"})[0] == 202, "a bot plays in a guild")
+    check(rest_("POST", "/api/sessions/41771983423143937/queue", {"url": "tone-880.mp3"})[0] == 200, "and in another")
     page = browser.new_context().new_page()
     page.goto(url.rstrip("/") + "/guilds")
     page.fill("#token", "not-the-token")
@@ -246,7 +239,7 @@ def guilds(browser, url, _):
     first = page.locator('tr[data-guild="81384788765712384"]')
     check(wait(lambda: "tone-440.mp3" in first.text_content() and "playing" in first.text_content(), 5), "with what they play")
     first.locator('button[data-op="pause"]').click()
-    check(wait(lambda: rest("GET", "/api/sessions/81384788765712384")[1].get("status") == "paused", 5), "pause from the page pauses the guild")
+    check(wait(lambda: rest_("GET", "/api/sessions/81384788765712384")[1].get("status") == "paused", 5), "pause from the page pauses the guild")
     check(wait(lambda: first.locator('button[data-op="resume"]').count() == 1, 3), "the row offers resume")
 
 
@@ -260,22 +253,154 @@ def search(browser, url, _):
     check(wait(lambda: a.page.locator("#results li").count() == 0, 3), "a file name does not search")
 
 
-def fallback(browser, url, _):
-    # A host name other than localhost is not a secure context: no WebCodecs there.
-    insecure = url.replace("127.0.0.1", "tonearm.test")
-    page = browser.new_context().new_page()
-    page.goto(insecure)
-    page.wait_for_function("window.tonearm && window.tonearm.connection === 'connected'", timeout=10000)
-    check(page.evaluate("typeof AudioDecoder") == "undefined", "the test page really lacks WebCodecs")
-    check(page.is_visible("#fallback") and "WebCodecs" in page.text_content("#fallback"), "the page says so plainly")
+def page_token(page):
+    return page.evaluate("JSON.parse(localStorage.getItem('tonearm.identity'))")
+
+
+def rest(url, method, path, body=None, token=None):
+    import json, urllib.request
+    request = urllib.request.Request(url.rstrip("/") + path, method=method,
+                                     data=json.dumps(body).encode() if body is not None else None,
+                                     headers={"Authorization": f"Bearer {token or BOT_TOKEN}",
+                                              "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as error:
+        return error.code, json.load(error)
+
+
+def plain_http(browser, url, _):
+    """Plain HTTP on a host name, as after `docker-compose up` on a server: no WebCodecs, and
+    nothing but the page's own buttons to start audio."""
+    a = User(browser, url)
+    page = a.page
+    check(page.evaluate("typeof AudioDecoder") == "undefined" and not page.evaluate("isSecureContext"),
+          "the page is not a secure context (no WebCodecs)")
+    check(page.evaluate("tonearm.mode") == "media-source", "it plays through Media Source instead")
+    check(page.is_visible("#fallback") and "HTTPS" in page.text_content("#fallback"), "and says why, in a line")
+    check(not page.is_visible("#fallback-audio"), "no second player to find and press")
     play(page, "tone-440.mp3")
-    page.eval_on_selector("#fallback-audio", "a => a.play()")
-    check(wait(lambda: page.eval_on_selector("#fallback-audio", "a => a.currentTime") > 1.0, 10),
-          "the Ogg stream plays in the <audio> element instead")
+    check(hears(page, 440), "one press of Play now is heard: 440 Hz")
+    loud = page.evaluate("tonearm.rms(0.2)")
+    check(loud > 0.2, f"at full level (rms {loud:.3f})")
+    page.click("#toggle")
+    check(wait(lambda: status(page) == "paused", 3), "the page's pause button pauses")
+    check(wait(lambda: page.evaluate("tonearm.rms(0.1)") < 0.01, 3), "and it falls silent")
+    page.click("#toggle")
+    check(hears(page, 440) and wait(lambda: page.evaluate("tonearm.rms(0.2)") > 0.2, 3), "resume is heard")
+    play(page, "tone-660.mp3")
+    check(hears(page, 660), "play now replaces the tone")
+    page.click("#toggle")
+    check(wait(lambda: page.evaluate("tonearm.rms(0.1)") < 0.01, 3), "paused again")
+    me = page_token(page)
+    code, _ = rest(url.replace("tonearm.test", "127.0.0.1"), "POST", f"/api/sessions/{me['session_id']}/resume", {}, token=me["token"])
+    check(code == 200 and hears(page, 660, 5), "a resume from elsewhere (another tab, the API) is heard without a click")
+    play(page, "short-550.mp3")
+    play(page, "short-770.mp3", "#enqueue")
+    check(hears(page, 550), "a short track plays")
+    check(hears(page, 770, 6), "the queue moves on by itself, still heard")
+    page.click("#stop")
+    check(wait(lambda: page.evaluate("tonearm.rms(0.1)") < 0.01, 3), "stop silences it")
+
+
+def https(browser, url, _):
+    """HTTPS with a certificate from the operator's own authority: a secure context, WebCodecs."""
+    a = User(browser, url)
+    page = a.page
+    check(url.startswith("https://") and page.evaluate("isSecureContext"), f"{url} is a secure context")
+    check(page.evaluate("tonearm.mode") == "webcodecs", "the page decodes with WebCodecs")
+    check(not page.is_visible("#fallback"), "and shows no fallback note")
+    play(page, "tone-440.mp3")
+    heard = hears(page, 440)
+    if not heard:
+        print("  state:", page.evaluate("JSON.stringify({status: tonearm.state && tonearm.state.status, stats: tonearm.stats, "
+                                        "hz: tonearm.dominantFrequency(), rms: tonearm.rms(0.2)})"), flush=True)
+    check(heard, "one press of Play now is heard over wss://: 440 Hz")
+
+
+# Waits in the page until what the listener hears changed after the control the test just used;
+# answers the milliseconds from the control to that moment (null after 3 s).
+HEARD_JS = """async ([kind, to]) => {
+  const rms = (x) => Math.sqrt(x.reduce((n, s) => n + s * s, 0) / x.length);
+  const power = (x, f) => {
+    const k = 2 * Math.cos(2 * Math.PI * f / 48000);
+    let s1 = 0, s2 = 0;
+    for (const s of x) { const s0 = s + k * s1 - s2; s2 = s1; s1 = s0; }
+    return s1 * s1 + s2 * s2 - k * s1 * s2;
+  };
+  // The share of the window's energy at `f`: 1 for a pure tone at f, about 0.02 for a tone one
+  // step (40 Hz) away over these 30 ms.
+  const share = (x, f) => power(x, f) / (x.length * x.reduce((n, s) => n + s * s, 0) / 2 || 1);
+  const start = window.controlAt;
+  while (performance.now() - start < 3000) {
+    const x = tonearm.samples(0.03);
+    const done = kind === "below" ? rms(x) < to : kind === "above" ? rms(x) > to : share(x, to) > 0.5;
+    if (done) return performance.now() - start;
+    await new Promise((r) => setTimeout(r, 4));
+  }
+  return null;
+}"""
+
+
+def latency(browser, url, _, rounds=10):
+    """Control → heard, as the page measures what it plays: volume (both ways), pause, seek and
+    play now, `rounds` times each."""
+    a = User(browser, url)
+    page = a.page
+    results = {}
+
+    def measure(name, act, kind, target, settle=0.8):
+        time.sleep(settle)
+        page.evaluate("window.controlAt = null; for (const e of ['click', 'change']) "
+                      "addEventListener(e, () => { window.controlAt ??= performance.now(); }, { capture: true });")
+        act()
+        ms = page.evaluate(HEARD_JS, [kind, target])
+        results.setdefault(name, []).append(ms if ms is not None else float("inf"))
+        if ms is None:
+            print(f"  {name}: not heard within 3 s (status {status(page)}, rms {page.evaluate('tonearm.rms(0.1)'):.3f}, "
+                  f"{page.evaluate('tonearm.dominantFrequency()'):.0f} Hz)", flush=True)
+
+    play(page, "steps.mp3")
+    check(hears(page, 400, 6), f"{page.evaluate('tonearm.mode')}: steps.mp3 plays")
+    loud = page.evaluate("tonearm.rms(0.2)")
+    for i in range(rounds):
+        position, hz = (2000, 480) if i % 2 == 0 else (8000, 720)
+        measure("seek", lambda: set_range(page, "#seek", position), "tone", hz)
+        measure("volume 100 → 25", lambda: set_range(page, "#volume", 25), "below", loud * 0.6)
+        measure("volume 25 → 100", lambda: set_range(page, "#volume", 100), "above", loud * 0.6)
+        measure("pause", lambda: page.click("#toggle"), "below", loud * 0.05)
+        page.click("#toggle")
+        wait(lambda: page.evaluate("tonearm.rms(0.1)") > loud * 0.6, 3)
+        play(page, "steps.mp3")  # the stepped tone is 12 s long: start it over for each round
+        wait(lambda: page.evaluate("tonearm.rms(0.1)") > loud * 0.6, 3)
+    for i in range(rounds):
+        hz = 440 if i % 2 == 0 else 660
+        measure("play now", lambda: play(page, f"tone-{hz}.mp3"), "tone", hz, settle=1.0)
+    mode = page.evaluate("tonearm.mode")
+    print(f"player at the end: {page.evaluate('JSON.stringify(tonearm.stats)')}", flush=True)
+    for name, values in results.items():
+        ordered = sorted(values)
+        p50 = ordered[len(ordered) // 2]
+        p95 = ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
+        print(f"latency {mode} {name}: p50 {p50:.0f} ms, p95 {p95:.0f} ms, max {ordered[-1]:.0f} ms, n={len(ordered)}", flush=True)
+        check(p95 <= 500, f"{mode}: {name} is heard within 500 ms at p95 ({p95:.0f} ms)")
 
 
 BOT_TOKEN = os.environ.get("TONEARM_BOT_TOKEN", "test-bot-token")
-SCENARIOS = {f.__name__: f for f in [isolation, stop, replace, controls, queue, errors, restart, guilds, search, fallback, stall]}
+SCENARIOS = {f.__name__: f for f in [isolation, stop, replace, controls, queue, errors, restart, guilds, search, stall,
+                                     plain_http, https, latency]}
+
+
+def trusting(authority):
+    """A HOME whose NSS database trusts `authority`, as an operator's machine trusts its own CA."""
+    import subprocess, tempfile
+    home = tempfile.mkdtemp(prefix="tonearm-browser-home-")
+    database = os.path.join(home, ".pki", "nssdb")
+    os.makedirs(database)
+    subprocess.run(["certutil", "-d", f"sql:{database}", "-N", "--empty-password"], check=True)
+    subprocess.run(["certutil", "-d", f"sql:{database}", "-A", "-t", "C,,", "-n", "tonearm-test", "-i", authority], check=True)
+    return home
 
 
 def main():
@@ -283,15 +408,25 @@ def main():
     parser.add_argument("url")
     parser.add_argument("scenario", choices=SCENARIOS)
     parser.add_argument("--screenshots")
+    parser.add_argument("--insecure", action="store_true")
+    parser.add_argument("--ca")
+    parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args()
     if args.screenshots:
         os.makedirs(args.screenshots, exist_ok=True)
+    url = args.url.replace("127.0.0.1", "tonearm.test") if args.insecure else args.url
+    flags = ["--no-sandbox", "--host-resolver-rules=MAP tonearm.test 127.0.0.1"]
+    if not (args.insecure or args.ca):
+        flags.append("--autoplay-policy=no-user-gesture-required")
+    env = dict(os.environ, HOME=trusting(args.ca)) if args.ca else None
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM,
-                                    args=["--no-sandbox", "--autoplay-policy=no-user-gesture-required",
-                                          "--host-resolver-rules=MAP tonearm.test 127.0.0.1"])
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=flags, env=env)
         try:
-            SCENARIOS[args.scenario](browser, args.url, args.screenshots)
+            scenario = SCENARIOS[args.scenario]
+            if scenario is latency:
+                latency(browser, url, args.screenshots, args.rounds)
+            else:
+                scenario(browser, url, args.screenshots)
         except Exception as error:  # a timeout or a missing element is a failure, with its reason
             check(False, f"{type(error).__name__}: {error}")
         finally:

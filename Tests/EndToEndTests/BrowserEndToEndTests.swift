@@ -10,8 +10,8 @@ import TestSupport
         .deletingLastPathComponent()
 
     /// Starts both processes with tones, 2 s tones for the queue and a stepped tone for seeking.
-    func cluster(environment: [String: String] = [:]) async throws -> TonearmCluster {
-        let cluster = try TonearmCluster(tones: [440, 660, 880], seconds: 30, environment: environment)
+    func cluster(environment: [String: String] = [:], tls: Bool = false) async throws -> TonearmCluster {
+        let cluster = try TonearmCluster(tones: [440, 660, 880], seconds: 30, environment: environment, tls: tls)
         for frequency in [550, 770] {
             _ = try MediaFixture.tone(frequency, seconds: 2, into: cluster.mediaDirectory, name: "short-\(frequency).mp3")
         }
@@ -22,15 +22,17 @@ import TestSupport
 
     /// Runs one scenario of the Playwright script; `onPlaying` runs when it prints `PLAYING`.
     func browse(
-        _ cluster: TonearmCluster, _ scenario: String, onPlaying: @escaping @Sendable () async throws -> Void = {}
+        _ cluster: TonearmCluster, _ scenario: String, url: String? = nil, arguments: [String] = [],
+        onPlaying: @escaping @Sendable () async throws -> Void = {}
     ) async throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = [
-            "python3", Self.packageRoot.appendingPathComponent("Tests/Browser/playground.py").path,
-            cluster.routerURL + "/", scenario,
-            "--screenshots", Self.packageRoot.appendingPathComponent(".build/screenshots").path,
-        ]
+        process.arguments =
+            [
+                "python3", Self.packageRoot.appendingPathComponent("Tests/Browser/playground.py").path,
+                url ?? cluster.routerURL + "/", scenario,
+                "--screenshots", Self.packageRoot.appendingPathComponent(".build/screenshots").path,
+            ] + arguments
         let output = Pipe(), input = Pipe()
         process.standardOutput = output
         process.standardError = output
@@ -106,10 +108,40 @@ import TestSupport
         try await browse(cluster, "search")
     }
 
-    @Test func withoutWebCodecsThePageOffersTheOggStream() async throws {
+    /// Plain HTTP on a host name (how a server is first reached after `docker-compose up`): no
+    /// WebCodecs, Chromium's default autoplay policy, and only the page's own buttons.
+    @Test func onPlainHTTPThePagesOwnButtonsAreHeard() async throws {
         let cluster = try await cluster()
         defer { Task { [cluster] in await cluster.stop() } }
-        try await browse(cluster, "fallback")
+        try await browse(cluster, "plain_http", arguments: ["--insecure"])
+    }
+
+    /// Control → heard at p95 over 10 rounds, on both players: Media Source on a host-name origin
+    /// over plain HTTP, WebCodecs on 127.0.0.1 (a secure context). The figures are printed.
+    @Test(arguments: [["--insecure"], []])
+    func everyControlIsHeardWithin500Milliseconds(arguments: [String]) async throws {
+        let cluster = try await cluster()
+        defer { Task { [cluster] in await cluster.stop() } }
+        try await browse(cluster, "latency", arguments: arguments + ["--rounds", "10"])
+    }
+
+    @Test func onPlainHTTPThePageFollowsAnEngineRestart() async throws {
+        let cluster = try await cluster()
+        defer { Task { [cluster] in await cluster.stop() } }
+        try await browse(cluster, "restart", arguments: ["--insecure"]) {
+            await cluster.engine?.kill()
+            try cluster.startEngine()
+        }
+    }
+
+    /// The Router's own TLS with a certificate from an authority made for the test, which Chromium
+    /// trusts: a host-name origin is then a secure context and the page decodes with WebCodecs.
+    @Test func overHTTPSThePageUsesWebCodecs() async throws {
+        let cluster = try await cluster(tls: true)
+        defer { Task { [cluster] in await cluster.stop() } }
+        let certificates = try #require(cluster.certificates)
+        try await browse(
+            cluster, "https", url: "https://tonearm.test:\(cluster.routerPort)/", arguments: ["--ca", certificates.authority])
     }
 
     @Test func thePageRecoversFromAStallWithoutAddingDelay() async throws {

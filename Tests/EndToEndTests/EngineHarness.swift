@@ -104,6 +104,13 @@ final class SocketRecorder: Sendable {
 
     func close() { channel.close(promise: nil) }
 
+    /// Whether the connection is still up (the engine did not drop it, nor did it die).
+    var isActive: Bool { channel.isActive }
+    /// The first error the reader met (a line or packet the Router's decoder would refuse).
+    var failure: String? { failureText.withLock { $0 } }
+    private let failureText = Mutex<String?>(nil)
+    func fail(_ error: any Error) { failureText.withLock { $0 = $0 ?? "\(error)" } }
+
     var count: Int { entries.withLock { $0.count } }
     var all: [Entry] { entries.withLock { $0 } }
 
@@ -142,6 +149,10 @@ final class SocketRecorder: Sendable {
         func channelRead(context: ChannelHandlerContext, data: NIOAny) {
             let message = unwrapInboundIn(data)
             box.value.withLock { $0 }?.record(message)
+        }
+        func errorCaught(context: ChannelHandlerContext, error: any Error) {
+            box.value.withLock { $0 }?.fail(error)
+            context.close(promise: nil)
         }
     }
 }

@@ -101,9 +101,7 @@ import Testing
             #expect(!report.contains(problem), "opusinfo: \(report)")
         }
         // The ffmpeg command line decodes it to the right tone.
-        let pcm = cluster.directory.file("listen.f32")
-        try MediaFixture.ffmpeg(["-i", file, "-f", "f32le", "-ac", "1", "-ar", "48000", pcm])
-        let samples = try Data(contentsOf: URL(fileURLWithPath: pcm)).withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
+        let samples = try MediaFixture.decodeMono(file)
         #expect(samples.count >= 48_000 * 2, "only \(samples.count) samples decoded")
         let heard = Spectrum.dominantFrequency(Array(samples.suffix(48_000)))
         #expect(abs(heard - 440) < 5, "heard \(heard) Hz")

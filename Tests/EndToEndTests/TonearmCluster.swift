@@ -7,6 +7,7 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import NIOSSL
 import Synchronization
 import TestSupport
 
@@ -22,10 +23,28 @@ final class TonearmCluster: @unchecked Sendable {
     private(set) var router: BinaryProcess?
     /// Settings on top of the defaults below, for both processes.
     let extraEnvironment: [String: String]
+    /// With `tls`: the Router serves HTTPS with a certificate from this test's own authority.
+    let certificates: TestCertificates?
+    /// Trusts `certificates`' authority when there is one.
+    let client: HTTPClient
 
-    init(tones: [Int] = [440, 880, 660], seconds: Double = 30, environment: [String: String] = [:]) throws {
-        extraEnvironment = environment
+    init(tones: [Int] = [440, 880, 660], seconds: Double = 30, environment: [String: String] = [:], tls: Bool = false)
+        throws
+    {
         directory = try TemporaryDirectory(prefix: "tonearm-e2e")
+        if tls {
+            let certificates = try TestCertificates(in: directory.path)
+            self.certificates = certificates
+            extraEnvironment = environment.merging(
+                ["TONEARM_TLS_CERT": certificates.certificate, "TONEARM_TLS_KEY": certificates.key]) { mine, _ in mine }
+            var trust = TLSConfiguration.makeClientConfiguration()
+            trust.trustRoots = .file(certificates.authority)
+            client = HTTPClient(configuration: .init(tlsConfiguration: trust))
+        } else {
+            certificates = nil
+            extraEnvironment = environment
+            client = HTTPClient.shared
+        }
         mediaDirectory = directory.file("media")
         try FileManager.default.createDirectory(atPath: mediaDirectory, withIntermediateDirectories: true)
         for tone in tones { try MediaFixture.tone(tone, seconds: seconds, into: mediaDirectory) }
@@ -54,12 +73,13 @@ final class TonearmCluster: @unchecked Sendable {
     func stop() async {
         await router?.terminate()
         await engine?.terminate()
+        if certificates != nil { try? await client.shutdown() }
     }
 
     /// The bot token the tests use to reach any session.
     static let botToken = "test-bot-token"
 
-    var routerURL: String { "http://127.0.0.1:\(routerPort)" }
+    var routerURL: String { "\(certificates == nil ? "http" : "https")://127.0.0.1:\(routerPort)" }
     var engineURL: String { "http://127.0.0.1:\(enginePort)" }
 
     /// POSTs JSON (with the bot token unless another `token` is given) and returns the status and body.
@@ -71,13 +91,13 @@ final class TonearmCluster: @unchecked Sendable {
         request.headers.add(name: "Content-Type", value: "application/json")
         if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
         if let json { request.body = .bytes(ByteBuffer(string: json)) }
-        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
+        let response = try await client.execute(request, timeout: .seconds(10))
         let body = try await response.body.collect(upTo: 1 << 20)
         return (Int(response.status.code), String(buffer: body))
     }
 
     func getJSON(_ url: String) async throws -> [String: Any]? {
-        let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: url), timeout: .seconds(5))
+        let response = try await client.execute(HTTPClientRequest(url: url), timeout: .seconds(5))
         let body = try await response.body.collect(upTo: 1 << 20)
         return try JSONSerialization.jsonObject(with: Data(body.readableBytesView)) as? [String: Any]
     }

@@ -9,9 +9,11 @@ only; ffmpeg decodes).
                                   keep the binary (Opus) messages as an Ogg Opus file; print how many
   ws_probe.py tone FILE           print the dominant frequency (Hz) of an audio file
 
+wss:// URLs are verified against the system's authorities, or the one in SSL_CERT_FILE.
+
 stall and nopong print one JSON line: {"upgraded", "close_code", "close_reason", "ended", "seconds", "bytes"}.
 """
-import base64, json, os, socket, struct, subprocess, sys, time
+import base64, json, os, socket, ssl, struct, subprocess, sys, time
 from urllib.parse import urlparse
 
 
@@ -20,7 +22,9 @@ def connect(url, rcvbuf=None):
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     if rcvbuf:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-    sock.connect((parts.hostname, parts.port))
+    sock.connect((parts.hostname, parts.port or (443 if parts.scheme == "wss" else 80)))
+    if parts.scheme == "wss":
+        sock = ssl.create_default_context().wrap_socket(sock, server_hostname=parts.hostname)
     key = base64.b64encode(os.urandom(16)).decode()
     path = parts.path + ("?" + parts.query if parts.query else "")
     sock.sendall((f"GET {path} HTTP/1.1\r\nHost: {parts.hostname}:{parts.port}\r\nUpgrade: websocket\r\n"

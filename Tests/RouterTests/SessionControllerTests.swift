@@ -73,6 +73,11 @@ final class ScriptedEngine: EngineControl {
                 url: url, title: "A list", is_playlist: true,
                 entries: (1...3).map { .init(url: "\(url)-\($0).mp3", title: "Entry \($0)") })
         }
+        if url.hasPrefix("huge") {  // a page claiming 5,000 entries
+            return Resolution(
+                url: url, title: "A huge list", is_playlist: true,
+                entries: (1...5_000).map { .init(url: "\(url)-\($0).mp3", title: "Entry \($0)") })
+        }
         return Resolution(url: url, title: "Title of \(url)", duration_ms: 30_000)
     }
 }
@@ -263,5 +268,24 @@ final class ScriptedEngine: EngineControl {
         #expect(seek?.status == .conflict)
         let volume = await #expect(throws: APIError.self) { try await controller.perform(.volume(5_000)) }
         #expect(volume?.status == .badRequest)
+    }
+
+    /// A playlist fills only the room left in the queue, and a full queue refuses more with a
+    /// sentence instead of growing (and being persisted whole) without bound.
+    @Test func queuesAndPlaylistsAreCapped() async throws {
+        let engine = ScriptedEngine()
+        let controller = SessionController(id: try SessionID("capped"), engine: engine, sink: SessionSink(broadcast: { _, _ in }, persist: { _, _ in }))
+        var state = try await controller.perform(.play(url: "huge-a"))
+        #expect(state.queue.count == SessionController.maxQueueLength)
+        await #expect(throws: APIError.self) { try await controller.perform(.enqueue(url: "one.mp3")) }
+        do {
+            try await controller.perform(.enqueue(url: "one.mp3"))
+        } catch {
+            #expect(error.code == "queue_full" && error.status == .conflict && error.message.contains("1000"))
+        }
+        state = try await controller.perform(.remove(index: 999))
+        state = try await controller.perform(.enqueue(url: "huge-b"))
+        #expect(state.queue.count == SessionController.maxQueueLength)
+        #expect(state.queue.last?.url == "huge-b-1.mp3", "the playlist filled the one free place")
     }
 }

@@ -38,19 +38,32 @@ public enum MediaFixture {
         return file
     }
 
+    /// Decodes `file` with the ffmpeg command line to 48 kHz mono float samples.
+    public static func decodeMono(_ file: String) throws -> [Float] {
+        let pcm = file + ".f32"
+        try ffmpeg(["-i", file, "-f", "f32le", "-ac", "1", "-ar", "48000", pcm])
+        return try Data(contentsOf: URL(fileURLWithPath: pcm)).withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
+    }
+
     /// Runs the ffmpeg command line quietly, failing on a non-zero exit.
     public static func ffmpeg(_ arguments: [String]) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-y"] + arguments
-        let errors = Pipe()
-        process.standardError = errors
-        try process.run()
-        let output = errors.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
-            throw FixtureError("ffmpeg \(arguments.joined(separator: " ")) failed: \(String(decoding: output, as: UTF8.self))")
-        }
+        try runTool("ffmpeg", ["-nostdin", "-hide_banner", "-loglevel", "error", "-y"] + arguments)
+    }
+}
+
+/// Runs a command-line tool from PATH, failing with its error output on a non-zero exit.
+public func runTool(_ name: String, _ arguments: [String]) throws {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+    process.arguments = [name] + arguments
+    let errors = Pipe()
+    process.standardError = errors
+    process.standardOutput = FileHandle.nullDevice
+    try process.run()
+    let output = errors.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    guard process.terminationStatus == 0 else {
+        throw FixtureError("\(name) \(arguments.joined(separator: " ")) failed: \(String(decoding: output, as: UTF8.self))")
     }
 }
 

@@ -40,4 +40,39 @@ import WireProtocol
         let event = try WireEvent(jsonLine: Array(#"{"type":"future","session_id":"a","extra":[1]}"#.utf8))
         #expect(event.type == EventType("future"))
     }
+
+    /// A source's tags can hold anything: a 100 KB title of characters JSON must escape, a URL
+    /// as long, a single "character" of 50,000 combining marks. The line stays one a reader
+    /// accepts, and the cut strings end in "…".
+    @Test(arguments: [
+        String(repeating: "\u{01}", count: 100_000),
+        String(repeating: "é", count: 100_000),
+        "a" + String(repeating: "\u{0301}", count: 50_000),
+    ])
+    func everyStringIsBoundedSoALineAlwaysFitsTheWire(text: String) throws {
+        var event = WireEvent(
+            type: .ready, sessionID: try SessionID("guild"), playID: .max, code: text, message: text, url: text,
+            title: text, durationMS: .max, positionMS: .min, volume: .min, passthrough: true)
+        event.title = text  // set after init too
+        var buffer = ByteBuffer()
+        let written = buffer.writeEvent(event)
+        #expect(written <= WireEvent.maxLineBytes)
+        #expect(WireEvent.maxLineBytes < WireFormat.maxFrameLength)
+        var decoder = WireMessageDecoder()
+        guard case .event(let decoded)? = try decoder.decode(buffer: &buffer) else {
+            Issue.record("the line did not decode as an event")
+            return
+        }
+        #expect((decoded.title?.utf8.count ?? .max) <= WireEvent.Limit.title)
+        #expect((decoded.url?.utf8.count ?? .max) <= WireEvent.Limit.url)
+        #expect(decoded.title?.hasSuffix("…") == true)
+        #expect(decoded.url.map { text.hasPrefix($0.dropLast()) } == true)
+    }
+
+    @Test func shortStringsAreKeptWhole() throws {
+        let event = WireEvent(type: .ready, sessionID: try SessionID("g"), title: "Ünïcødé title")
+        #expect(event.title == "Ünïcødé title")
+        #expect(WireEvent.bounded(String(repeating: "x", count: 10), 10) == String(repeating: "x", count: 10))
+        #expect(WireEvent.bounded(String(repeating: "x", count: 11), 10) == String(repeating: "x", count: 7) + "…")
+    }
 }

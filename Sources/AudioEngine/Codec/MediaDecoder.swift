@@ -10,6 +10,7 @@ public struct MediaError: Error, CustomStringConvertible, Equatable {
         case noAudio = "no_audio_stream"
         case decodeFailed = "decode_failed"
         case readFailed = "source_read_failed"
+        case unsupported = "unsupported_source"
     }
     public let kind: Kind
     public let message: String
@@ -68,6 +69,10 @@ public final class MediaDecoder {
     /// After a seek: output samples before this position (in 48 kHz samples) are dropped.
     private var discardBefore: Int64?
 
+    /// The most channels and the highest sample rate a source may have (7.1 audio; 768 kHz).
+    static let maxChannels = 8
+    static let maxSampleRate = 768_000
+
     /// FFmpeg logs to stderr by default; the engine reports failures itself.
     private static let quietLogs: Void = av_log_set_level(AV_LOG_ERROR)
 
@@ -97,6 +102,12 @@ public final class MediaDecoder {
             format.pointee.flags |= AVFMT_FLAG_NOPARSE | AVFMT_FLAG_NOFILLIN
         }
         status = avformat_find_stream_info(format, nil)
+        guard status >= 0 else {
+            var f: UnsafeMutablePointer<AVFormatContext>? = format
+            avformat_close_input(&f)
+            Self.free(packet, frame)
+            throw .ffmpeg(.openFailed, "cannot read the source's stream parameters", status)
+        }
         var decoderCodec: UnsafePointer<AVCodec>?
         let index = av_find_best_stream(format, AVMEDIA_TYPE_AUDIO, -1, -1, &decoderCodec, 0)
         guard index >= 0, let decoderCodec else {
@@ -131,6 +142,12 @@ public final class MediaDecoder {
         // keeps them out of a passthrough session's memory. Any other source opens them now, so
         // a codec FFmpeg cannot decode is refused when the play is asked for.
         // (A throw from here on runs deinit, which frees what is open.)
+        guard (0...Self.maxChannels).contains(info.channels), (0...Self.maxSampleRate).contains(info.sampleRate) else {
+            throw MediaError(
+                kind: .unsupported,
+                message: "the audio has \(info.channels) channels at \(info.sampleRate) Hz; Tonearm plays up to "
+                    + "\(Self.maxChannels) channels at up to \(Self.maxSampleRate) Hz")
+        }
         if !info.isOpusStereo48k { try openDecoder() }
     }
 
@@ -187,7 +204,7 @@ public final class MediaDecoder {
             guard packet.pointee.stream_index == streamIndex, packet.pointee.size > 0 else { continue }
             let data = Array(UnsafeBufferPointer(start: packet.pointee.data, count: Int(packet.pointee.size)))
             let pts = packet.pointee.pts
-            let position: Int64? = pts == tonearm_av_nopts_value() ? nil : milliseconds(pts - startTime)
+            let position: Int64? = pts == tonearm_av_nopts_value() ? nil : milliseconds(MediaTime.difference(pts, startTime))
             return CompressedPacket(data: data, positionMS: position)
         }
     }
@@ -224,8 +241,8 @@ public final class MediaDecoder {
     /// packet is the first whose start is at or after it (the caller skips earlier ones).
     public func seek(toMS positionMS: Int64) throws(MediaError) {
         guard let format else { return }
-        let target = max(0, positionMS)
-        let timestamp = startTime + av_rescale_q(target, AVRational(num: 1, den: 1000), timeBase)
+        let target = min(max(0, positionMS), MediaTime.maxMS)
+        let timestamp = MediaTime.sum(startTime, av_rescale_q(target, AVRational(num: 1, den: 1000), timeBase))
         let status = av_seek_frame(format, streamIndex, timestamp, AVSEEK_FLAG_BACKWARD)
         guard status >= 0 else { throw .ffmpeg(.readFailed, "seeking failed", status) }
         if let codec {
@@ -237,7 +254,7 @@ public final class MediaDecoder {
         demuxerDone = false
         decoderDrained = false
         resamplerDrained = false
-        discardBefore = target * 48
+        discardBefore = MediaTime.samples(ms: target)
     }
 
     /// Decodes at least one more frame into the FIFO, or advances the end-of-stream drain.
@@ -252,7 +269,8 @@ public final class MediaDecoder {
         let received = avcodec_receive_frame(codec, frame)
         if received >= 0 {
             let pts = frame.pointee.best_effort_timestamp
-            let start: Int64? = pts == tonearm_av_nopts_value() ? nil : milliseconds(pts - startTime) * 48
+            let start: Int64? =
+                pts == tonearm_av_nopts_value() ? nil : MediaTime.samples(ms: milliseconds(MediaTime.difference(pts, startTime)))
             try resample(input: frame.pointee.extended_data, count: frame.pointee.nb_samples, startSample: start)
             av_frame_unref(frame)
             return
@@ -331,8 +349,10 @@ public final class MediaDecoder {
         resampler = swr
     }
 
+    /// `ticks` of the stream's time base in ms, within ±`MediaTime.maxMS` (a source's timestamps
+    /// and time base can be anything; av_rescale_q answers INT64_MIN when it overflows).
     private func milliseconds(_ ticks: Int64) -> Int64 {
-        av_rescale_q(ticks, timeBase, AVRational(num: 1, den: 1000))
+        MediaTime.clamped(av_rescale_q(ticks, timeBase, AVRational(num: 1, den: 1000)))
     }
 
     private static func metadata(_ key: String, _ dictionary: OpaquePointer?) -> String? {

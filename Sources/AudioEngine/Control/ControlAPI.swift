@@ -152,7 +152,18 @@ struct ControlAPI: Sendable {
         case .ready(let source):
             let decoder: MediaDecoder
             do {
-                decoder = try await Self.offloaded { try MediaDecoder(url: source.location, options: source.protocolOptions) }
+                // Opening costs a thread (and a connection): through the same gate as yt-dlp.
+                let gate = resolver.ytdlp.gate
+                try await gate.acquire()
+                let opened: Result<MediaDecoder, any Error>
+                do {
+                    opened = .success(
+                        try await Self.offloaded { try MediaDecoder(url: source.location, options: source.protocolOptions) })
+                } catch {
+                    opened = .failure(error)
+                }
+                await gate.release()
+                decoder = try opened.get()
             } catch let error as MediaError {
                 throw ControlError.unplayable(error)
             }
@@ -169,10 +180,14 @@ struct ControlAPI: Sendable {
         }
     }
 
+    /// The id in the path, percent-decoded exactly once (the Router escapes every byte that is
+    /// not unreserved); a segment that is not valid percent-encoding is refused.
     static func sessionID(_ context: some RequestContext) throws(ControlError) -> SessionID {
-        let raw = context.parameters.get("id") ?? ""
+        guard let decoded = (context.parameters.get("id") ?? "").removingPercentEncoding else {
+            throw .badRequest("the session id in the path is not valid percent-encoding", code: "invalid_session_id")
+        }
         do {
-            return try SessionID(raw.removingPercentEncoding ?? raw)
+            return try SessionID(decoded)
         } catch {
             throw .badRequest(error.description, code: "invalid_session_id")
         }

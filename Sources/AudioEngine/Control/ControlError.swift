@@ -9,11 +9,22 @@ package struct ControlError: Error, HTTPResponseError, CustomStringConvertible {
     package let status: HTTPResponse.Status
     let code: String
     let message: String
+    /// Seconds after which the same request may succeed (a `Retry-After` header), for limits.
+    var retryAfterSeconds: Int?
+
+    init(status: HTTPResponse.Status, code: String, message: String, retryAfterSeconds: Int? = nil) {
+        self.status = status
+        self.code = code
+        self.message = message
+        self.retryAfterSeconds = retryAfterSeconds
+    }
 
     package var description: String { "\(code): \(message)" }
 
     package func response(from request: Request, context: some RequestContext) throws -> Response {
-        ErrorBody(code: code, message: message).response(status: status)
+        var response = ErrorBody(code: code, message: message).response(status: status)
+        if let retryAfterSeconds { response.headers[.retryAfter] = String(retryAfterSeconds) }
+        return response
     }
 
     static func badRequest(_ message: String, code: String = "bad_request") -> ControlError {

@@ -11,6 +11,9 @@ package struct EngineMetrics: Sendable {
     let encodeTime: CoreMetrics.Timer
     let sourceErrors: CoreMetrics.Counter
     let sourceReconnects: CoreMetrics.Counter
+    /// Compressed packets from a source that were not valid Opus (or too large for a frame),
+    /// skipped rather than played.
+    let sourcePacketsSkipped: CoreMetrics.Counter
     let droppedFrames: CoreMetrics.Counter
     let routerConnections: CoreMetrics.Gauge
     let sessions: [SessionState: CoreMetrics.Gauge]
@@ -24,6 +27,7 @@ package struct EngineMetrics: Sendable {
         encodeTime = CoreMetrics.Timer(label: "tonearm_engine_encode_seconds", preferredDisplayUnit: .seconds, factory: factory)
         sourceErrors = CoreMetrics.Counter(label: "tonearm_engine_source_errors_total", factory: factory)
         sourceReconnects = CoreMetrics.Counter(label: "tonearm_engine_source_reconnects_total", factory: factory)
+        sourcePacketsSkipped = CoreMetrics.Counter(label: "tonearm_engine_source_packets_skipped_total", factory: factory)
         droppedFrames = CoreMetrics.Counter(label: "tonearm_engine_router_dropped_frames_total", factory: factory)
         routerConnections = CoreMetrics.Gauge(label: "tonearm_engine_router_connections", factory: factory)
         sessions = Dictionary(

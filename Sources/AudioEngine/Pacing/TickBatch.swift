@@ -35,9 +35,17 @@ package struct TickBatch {
         return copy
     }
 
-    mutating func append(_ packet: [UInt8], for sessionID: SessionID) {
-        // A packet comes from libopus and is at most 4,000 bytes, well inside the frame cap.
-        try! all.writeAudioPacket(sessionID: sessionID, payload: packet)
+    /// Adds one session's packet; false (and nothing written) for a packet no frame can carry.
+    /// Packets come from libopus or a passthrough source's validated single frames, both far
+    /// inside the cap, so false means a bug upstream: the frame is lost, never the engine.
+    @discardableResult
+    mutating func append(_ packet: [UInt8], for sessionID: SessionID) -> Bool {
+        do {
+            try all.writeAudioPacket(sessionID: sessionID, payload: packet)
+        } catch {
+            return false
+        }
         frames += 1
+        return true
     }
 }

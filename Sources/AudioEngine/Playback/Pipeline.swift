@@ -27,12 +27,17 @@ final class Pipeline {
     private(set) var passthrough = false
 
     private let encodeTime: CoreMetrics.Timer?
+    private let packetsSkipped: CoreMetrics.Counter?
+    /// Invalid packets in a row; this many (a second's worth) end the play as corrupt.
+    private var invalidInARow = 0
+    static let invalidPacketsLimit = 50
 
     init(
         source: ResolvedSource, encoder configuration: OpusEncoderConfiguration, startMS: Int64 = 0,
         metrics: EngineMetrics? = nil
     ) throws {
         encodeTime = metrics?.encodeTime
+        packetsSkipped = metrics?.sourcePacketsSkipped
         var input: ReadAheadInput?
         do {
             if source.isNetwork {
@@ -125,15 +130,32 @@ final class Pipeline {
         return nil
     }
 
+    /// Decodes a source packet into the FIFO. A packet libopus refuses (corrupt, or larger than
+    /// any valid one) is skipped and counted, as a player skips a damaged frame; a second of them
+    /// in a row ends the play with a clear error.
     private func decodeIntoFIFO(_ packet: [UInt8]) throws {
-        if opusDecoder == nil {
+        let decoder: OpusDecoder
+        if let opusDecoder {
+            decoder = opusDecoder
+        } else {
             // Switching from passthrough mid-stream: prime a fresh decoder with the packet the
             // listener heard last, so the first decoded frame continues it smoothly.
-            let fresh = try OpusDecoder()
-            if let previousPacket { _ = try? fresh.decode(previousPacket) }
-            opusDecoder = fresh
+            decoder = try OpusDecoder()
+            if let previousPacket { _ = try? decoder.decode(previousPacket) }
+            opusDecoder = decoder
         }
-        opusFIFO += try opusDecoder!.decode(packet)
+        do {
+            opusFIFO += try decoder.decode(packet)
+        } catch {
+            packetsSkipped?.increment()
+            invalidInARow += 1
+            guard invalidInARow < Self.invalidPacketsLimit else {
+                throw ControlError.unplayable(
+                    MediaError(kind: .decodeFailed, message: "\(Self.invalidPacketsLimit) packets in a row are not valid Opus"))
+            }
+            return
+        }
+        invalidInARow = 0
         previousPacket = packet
     }
 
@@ -165,9 +187,12 @@ final class Pipeline {
 
 /// Reading the TOC byte of an Opus packet (RFC 6716, section 3.1).
 enum OpusPacket {
-    /// Whether `packet` holds exactly one frame of 20 ms.
+    /// A code-0 packet's one frame is at most 1,275 bytes (RFC 6716, section 3.2.1).
+    static let maxSingleFramePacket = 1 + 1_275
+
+    /// Whether `packet` holds exactly one frame of 20 ms, of a size a valid packet can have.
     static func isSingle20msFrame(_ packet: [UInt8]) -> Bool {
-        guard let toc = packet.first else { return false }
+        guard let toc = packet.first, packet.count <= maxSingleFramePacket else { return false }
         let config = Int(toc >> 3)
         let frameCount = toc & 0x3
         guard frameCount == 0 else { return false }

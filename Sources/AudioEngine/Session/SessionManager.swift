@@ -81,7 +81,7 @@ package final class SessionManager: Sendable {
         var counters = FrameCounters()
         var lastChange = ContinuousClock.now
 
-        var positionMS: Int64 { positionBaseMS + Int64(framesSinceBase) * 20 }
+        var positionMS: Int64 { MediaTime.sum(positionBaseMS, Int64(min(framesSinceBase, 1 << 40)) * 20) }
     }
 
     private struct State {
@@ -119,8 +119,8 @@ package final class SessionManager: Sendable {
     package func play(sessionID: SessionID, url: String, startMS: Int64 = 0, volume: Int? = nil) throws(ControlError)
         -> PlayStarted
     {
-        guard startMS >= 0 else {
-            throw .badRequest("\"start_ms\" must be 0 or more, got \(startMS)", code: "invalid_position")
+        guard (0...MediaTime.maxMS).contains(startMS) else {
+            throw .badRequest("\"start_ms\" must be from 0 to \(MediaTime.maxMS), got \(startMS)", code: "invalid_position")
         }
         if let volume { try Self.checkVolume(volume) }
         let plan = try resolver.plan(url)
@@ -236,8 +236,8 @@ package final class SessionManager: Sendable {
     }
 
     func seek(sessionID: SessionID, positionMS requested: Int64) throws(ControlError) -> SessionInfo {
-        guard requested >= 0 else {
-            throw .badRequest("\"position_ms\" must be 0 or more, got \(requested)", code: "invalid_position")
+        guard (0...MediaTime.maxMS).contains(requested) else {
+            throw .badRequest("\"position_ms\" must be from 0 to \(MediaTime.maxMS), got \(requested)", code: "invalid_position")
         }
         var target = requested
         let info = try transition(sessionID, .seek) { session, id in
@@ -374,8 +374,7 @@ package final class SessionManager: Sendable {
                         passthrough: passthrough))
                 continue
             case .frame(let packet, let passthrough):
-                batch.append(packet, for: id)
-                counted.sent = 1
+                if batch.append(packet, for: id) { counted.sent = 1 } else { counted.nulled = 1 }
                 session.playStarted = true
                 session.framesSinceBase += 1
                 session.passthrough = passthrough

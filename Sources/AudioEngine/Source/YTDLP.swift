@@ -7,10 +7,13 @@ import HTTPTypes
 package struct YTDLP: Sendable {
     var executable = "yt-dlp"
     var timeout: Duration = .seconds(30)
+    /// At most this many yt-dlp processes at once; a bounded queue waits for a place.
+    let gate: ConcurrencyGate
 
-    package init(executable: String = "yt-dlp", timeout: Duration = .seconds(30)) {
+    package init(executable: String = "yt-dlp", timeout: Duration = .seconds(30), limits: ConcurrencyGate.Limits = .init()) {
         self.executable = executable
         self.timeout = timeout
+        gate = ConcurrencyGate("yt-dlp runs", limits: limits)
     }
 
     /// One resolved stream.
@@ -67,7 +70,7 @@ package struct YTDLP: Sendable {
         let entries = (json["entries"] as? [[String: Any]]) ?? []
         return Resolution(
             url: (json["webpage_url"] as? String) ?? url, title: json["title"] as? String,
-            durationMS: (json["duration"] as? Double).map { Int64($0 * 1000) },
+            durationMS: milliseconds(json["duration"]),
             thumbnail: json["thumbnail"] as? String, isLive: json["is_live"] as? Bool ?? false,
             isPlaylist: json["_type"] as? String == "playlist",
             entries: entries.map { metadata($0, fallbackURL: url) })
@@ -78,10 +81,19 @@ package struct YTDLP: Sendable {
         return TrackMetadata(
             url: (json["webpage_url"] as? String) ?? (json["url"] as? String) ?? fallbackURL,
             title: json["title"] as? String,
-            durationMS: (json["duration"] as? Double).map { Int64($0 * 1000) },
+            durationMS: milliseconds(json["duration"]),
             thumbnail: (json["thumbnail"] as? String) ?? (thumbnails?.last?["url"] as? String),
             isLive: json["is_live"] as? Bool ?? false,
             uploader: json["uploader"] as? String)
+    }
+
+    /// A duration in seconds from yt-dlp's JSON (a page's own claim: any number, NaN, a string)
+    /// in ms, or nil unless it is a finite number from 0 to `MediaTime.maxMS`.
+    static func milliseconds(_ value: Any?) -> Int64? {
+        guard let seconds = value as? Double, seconds.isFinite, seconds >= 0,
+            seconds * 1000 <= Double(MediaTime.maxMS)
+        else { return nil }
+        return Int64(seconds * 1000)
     }
 
     /// Signed stream URLs (YouTube's among them) carry `expire=<unix time>`.
@@ -96,9 +108,13 @@ package struct YTDLP: Sendable {
     private func run(_ arguments: [String]) async throws(ControlError) -> [String: Any] {
         let output: ProcessOutput
         do {
-            output = try await ProcessOutput.run(
-                executable, arguments: ["--no-warnings", "--no-progress", "--ignore-config"] + arguments,
-                timeout: timeout)
+            output = try await gate.run { [executable, timeout] in
+                try await ProcessOutput.run(
+                    executable, arguments: ["--no-warnings", "--no-progress", "--ignore-config"] + arguments,
+                    timeout: timeout)
+            }
+        } catch let error as ControlError {
+            throw error
         } catch {
             throw .init(
                 status: .serviceUnavailable, code: "resolver_unavailable",

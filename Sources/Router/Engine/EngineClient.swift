@@ -54,6 +54,8 @@ struct Resolution: Sendable, Codable, Equatable {
 struct EngineReply: Sendable {
     var status: Int
     var body: ByteBuffer
+    /// The engine's `Retry-After` (seconds), passed on to the caller of a limited request.
+    var retryAfterSeconds: Int? = nil
 }
 
 /// The engine's control API, as the Router uses it.
@@ -74,13 +76,13 @@ struct EngineClient: EngineControl {
         }
         struct Accepted: Decodable { var play_id: UInt64 }
         let body = ByteBuffer(bytes: (try? JSONEncoder().encode(Body(url: url, start_ms: startMS, volume: volume))) ?? Data())
-        let reply = try await send(.POST, "/session/\(id)/play", body: body)
+        let reply = try await send(.POST, "/session/\(Self.segment(id))/play", body: body)
         return try Self.decode(Accepted.self, reply).play_id
     }
 
     func control(_ id: SessionID, _ name: String, _ body: [String: Int64]) async throws(APIError) {
         let bytes = body.isEmpty ? nil : ByteBuffer(bytes: (try? JSONEncoder().encode(body)) ?? Data())
-        let reply = try await send(.POST, "/session/\(id)/\(name)", body: bytes)
+        let reply = try await send(.POST, "/session/\(Self.segment(id))/\(name)", body: bytes)
         _ = try Self.decode(Ignored.self, reply)
     }
 
@@ -131,7 +133,9 @@ struct EngineClient: EngineControl {
         do {
             let response = try await http.execute(request, timeout: timeout)
             let bytes = try await response.body.collect(upTo: 4 << 20)
-            return EngineReply(status: Int(response.status.code), body: bytes)
+            return EngineReply(
+                status: Int(response.status.code), body: bytes,
+                retryAfterSeconds: response.headers.first(name: "Retry-After").flatMap { Int($0) })
         } catch {
             throw Self.unavailable(baseURL)
         }
@@ -144,13 +148,20 @@ struct EngineClient: EngineControl {
             let body = try? JSONDecoder().decode(ErrorBody.self, from: data)
             throw APIError(
                 status: .init(code: reply.status), code: body?.code ?? "engine_error",
-                message: body?.message ?? "the audio engine answered \(reply.status)")
+                message: body?.message ?? "the audio engine answered \(reply.status)", retryAfterSeconds: reply.retryAfterSeconds)
         }
         do {
             return try JSONDecoder().decode(T.self, from: data)
         } catch {
             throw APIError(status: .badGateway, code: "engine_error", message: "the audio engine's answer was not understood: \(error)")
         }
+    }
+
+    /// A session id as one path segment: every byte but the unreserved ones (RFC 3986) escaped,
+    /// so `/`, `?`, `#` and `%` in a guild id reach the engine as themselves.
+    static func segment(_ id: SessionID) -> String {
+        let unreserved = CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+        return id.description.addingPercentEncoding(withAllowedCharacters: unreserved) ?? id.description
     }
 
     private static func query(_ value: String) -> String {

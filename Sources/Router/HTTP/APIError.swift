@@ -1,6 +1,7 @@
 // Errors the Router's callers see: `{"error":{"code","message"}}` with the right status.
 import Foundation
 import Hummingbird
+import Logging
 import NIOCore
 import WireProtocol
 
@@ -9,11 +10,22 @@ struct APIError: Error, HTTPResponseError, CustomStringConvertible {
     let status: HTTPResponse.Status
     let code: String
     let message: String
+    /// Seconds after which the same request may succeed (a `Retry-After` header), for limits.
+    var retryAfterSeconds: Int?
+
+    init(status: HTTPResponse.Status, code: String, message: String, retryAfterSeconds: Int? = nil) {
+        self.status = status
+        self.code = code
+        self.message = message
+        self.retryAfterSeconds = retryAfterSeconds
+    }
 
     var description: String { "\(code): \(message)" }
 
     func response(from request: Request, context: some RequestContext) throws -> Response {
-        Response.json(status: status, ErrorBody(code: code, message: message).jsonData())
+        var response = Response.json(status: status, ErrorBody(code: code, message: message).jsonData())
+        if let retryAfterSeconds { response.headers[.retryAfter] = String(retryAfterSeconds) }
+        return response
     }
 
     static func badRequest(_ code: String, _ message: String) -> APIError {
@@ -44,7 +56,11 @@ struct APIErrorMiddleware<Context: RequestContext>: RouterMiddleware {
                 status: error.status, code: error.status == .notFound ? "not_found" : "http_\(error.status.code)",
                 message: error.body ?? error.status.reasonPhrase)
         } catch {
-            throw APIError(status: .internalServerError, code: "internal", message: "\(error)")
+            // The details go to the log, not to whoever sent the request.
+            context.logger.error("unexpected error", metadata: ["error": "\(error)", "path": "\(request.uri.path)"])
+            throw APIError(
+                status: .internalServerError, code: "internal",
+                message: "something went wrong on the server; the operator's log has the details")
         }
     }
 }

@@ -40,7 +40,7 @@ struct ClientConnections {
             guard file.hasSuffix(".ogg") else {
                 throw APIError(status: .notFound, code: "not_found", message: "listen at /listen/{session id}.ogg")
             }
-            let id = try RouterApplication.sessionID(query: String(file.dropLast(4)))
+            let id = try RouterApplication.sessionID(path: String(file.dropLast(4)))
             try access.authorize(request, for: id)
             return await listen(to: id, channel: context.channel, logger: context.logger)
         }
@@ -51,6 +51,8 @@ struct ClientConnections {
         _ id: SessionID, kind: ClientKind, inbound: WebSocketInboundStream, context: WebSocketRouterContext<TonearmRequestContext>
     ) async throws {
         let controller = await directory.controller(for: id)
+        // A browser token's commands count against the browsers' share of the engine's pool.
+        let limited = kind == .browser && !access.isBot(context.request)
         let channel = context.requestContext.channel
         let logger = context.logger
         await Self.limitBuffering(channel, frames: store.clientBufferFrames)
@@ -63,7 +65,7 @@ struct ClientConnections {
                 logger.warning("disconnecting a client that stays behind", metadata: ["session.id": "\(id)", "reason": "\(reason)"])
             }
         }
-        try await channel.pipeline.addHandler(sink, position: .first).get()
+        try await WebSocketFanOut.install(sink, in: channel)
         // The state goes out first: it is queued on the client's loop before the subscription
         // can queue anything there.
         let state = await controller.state.json()
@@ -72,7 +74,7 @@ struct ClientConnections {
         defer { store.unsubscribe(id, token: token) }
         for try await message in inbound.messages(maxSize: 64 * 1024) {
             guard case .text(let text) = message else { continue }
-            send(.event(await command(text, on: controller)), to: sink)
+            send(.event(await command(text, on: controller, id: id, limited: limited, logger: logger)), to: sink)
         }
     }
 
@@ -94,7 +96,9 @@ struct ClientConnections {
     }
 
     /// Runs one WebSocket command and answers its reply message.
-    private func command(_ text: String, on controller: SessionController) async -> String {
+    private func command(
+        _ text: String, on controller: SessionController, id: SessionID, limited: Bool, logger: Logger
+    ) async -> String {
         var reply = CommandReply(id: nil)
         do {
             let data = Data(text.utf8)
@@ -111,13 +115,15 @@ struct ClientConnections {
             } else {
                 try link.requireConnected(engine)
                 let command = try CommandParsing.command(envelope.op, arguments: CommandParsing.arguments(data))
+                if limited { try await directory.admitBrowser(command, on: id) }
                 reply.state = try await controller.perform(command)
             }
             reply.ok = true
         } catch let error as APIError {
             reply.error = ErrorBody(code: error.code, message: error.message).error
         } catch {
-            reply.error = ErrorBody(code: "internal", message: "\(error)").error
+            logger.error("unexpected error in a WebSocket command", metadata: ["error": "\(error)"])
+            reply.error = ErrorBody(code: "internal", message: "something went wrong on the server; the operator's log has the details").error
         }
         return reply.json()
     }

@@ -86,6 +86,7 @@ struct RouterApplication {
                 let command = try CommandParsing.command(
                     context.parameters.get("command") ?? "queue",
                     arguments: CommandParsing.arguments(Data(body.readableBytesView)))
+                if !access.isBot(request) { try await directory.admitBrowser(command, on: id) }
                 return try await perform(command, on: id)
             }
         }
@@ -113,18 +114,37 @@ struct RouterApplication {
     }
 
     static func sessionID(_ context: some RequestContext) throws(APIError) -> SessionID {
-        try sessionID(query: context.parameters.get("id"))
+        try sessionID(path: context.parameters.get("id"))
     }
 
-    static func sessionID(query raw: String?) throws(APIError) -> SessionID {
-        guard let raw, !raw.isEmpty else {
-            throw .badRequest("invalid_session_id", "a session id is required (1 to 24 printable ASCII characters, no spaces)")
+    /// An id from a path segment, which arrives percent-encoded: decoded exactly once, so
+    /// `x%2541` is the id `x%41` and `x%41` the id `xA` — two ids, never one. A segment that is
+    /// not valid percent-encoding is refused, not taken as it stands.
+    static func sessionID(path raw: String?) throws(APIError) -> SessionID {
+        guard let raw, !raw.isEmpty else { throw missingSessionID }
+        guard let decoded = raw.removingPercentEncoding else {
+            throw .badRequest("invalid_session_id", "the session id in the path is not valid percent-encoding")
         }
+        return try sessionID(decoded: decoded)
+    }
+
+    /// An id from a query parameter: Hummingbird has already decoded it once, and it is taken
+    /// exactly as it is (decoding it again would make look-alike ids one).
+    static func sessionID(query raw: String?) throws(APIError) -> SessionID {
+        guard let raw, !raw.isEmpty else { throw missingSessionID }
+        return try sessionID(decoded: raw)
+    }
+
+    private static func sessionID(decoded: String) throws(APIError) -> SessionID {
         do {
-            return try SessionID(raw.removingPercentEncoding ?? raw)
+            return try SessionID(decoded)
         } catch {
             throw .badRequest("invalid_session_id", error.description)
         }
+    }
+
+    private static var missingSessionID: APIError {
+        .badRequest("invalid_session_id", "a session id is required (1 to 24 printable ASCII characters, no spaces)")
     }
 }
 

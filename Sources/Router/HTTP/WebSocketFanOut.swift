@@ -43,9 +43,10 @@ package enum WebSocketWire {
     }
 }
 
-/// One WebSocket client's end of the fan-out. Added first in the pipeline (nearest the socket),
-/// so its writes bypass the WebSocket frame encoder; every other write passes through it.
-/// Loop-confined state: touched only on `eventLoop`.
+/// One WebSocket client's end of the fan-out. Sits on the socket side of the WebSocket frame
+/// encoder, so its writes bypass the encoder but still pass every byte-level handler nearer the
+/// socket (TLS); every other write passes through it. Loop-confined state: touched only on
+/// `eventLoop`.
 final class WebSocketFanOut: ChannelOutboundHandler, ClientSink, @unchecked Sendable {
     typealias OutboundIn = Any
 
@@ -71,6 +72,15 @@ final class WebSocketFanOut: ChannelOutboundHandler, ClientSink, @unchecked Send
         self.dropLimit = dropLimit
         self.closeGrace = closeGrace
         self.report = report
+    }
+
+    /// Adds `sink` to a WebSocket channel's pipeline just before its frame encoder. (Added first
+    /// in the pipeline it would write around TLS: plain bytes on an encrypted connection.)
+    static func install(_ sink: WebSocketFanOut, in channel: any Channel) async throws {
+        try await channel.eventLoop.submit {
+            let pipeline = channel.pipeline.syncOperations
+            try pipeline.addHandler(sink, position: .before(try pipeline.handler(type: WebSocketFrameEncoder.self)))
+        }.get()
     }
 
     func handlerAdded(context: ChannelHandlerContext) { self.context = context }

@@ -26,6 +26,12 @@ struct AccessControl: Sendable {
         }
     }
 
+    /// Whether the request carries the bot token (bots are not held to the browsers' share).
+    func isBot(_ request: Request) -> Bool {
+        guard let botToken, let token = Self.token(in: request) else { return false }
+        return Self.constantTimeEqual(token, botToken)
+    }
+
     /// Any valid token (a browser's or the bot token), for calls that belong to no session.
     func anyone(_ request: Request) throws(APIError) {
         guard let token = Self.token(in: request) else {

@@ -26,6 +26,14 @@ enum SessionCommand: Sendable, Equatable {
     case volume(Int)
     case loop(LoopMode)
     case shuffle
+
+    /// Whether the command can make the engine start a play (and so take one of its sessions).
+    var mayStartPlay: Bool {
+        switch self {
+        case .play, .enqueue, .jump, .next, .previous, .resume: true
+        case .remove, .clear, .pause, .stop, .seek, .volume, .loop, .shuffle: false
+        }
+    }
 }
 
 /// What is kept of a session across Router restarts.
@@ -96,6 +104,8 @@ actor SessionController {
     private let engine: any EngineControl
     private let sink: SessionSink
     private let shuffleSeed: @Sendable () -> UInt64
+    /// The most tracks a queue holds; a playlist fills what room is left.
+    static let maxQueueLength = 1_000
 
     init(
         id: SessionID, snapshot: SessionSnapshot = SessionSnapshot(), engine: any EngineControl, sink: SessionSink,
@@ -123,6 +133,20 @@ actor SessionController {
             loop: queue.loop)
     }
 
+    /// The furthest seek accepted: the engine's bound on positions (2^40 ms, about 35 years).
+    static let maxPositionMS: Int64 = 1 << 40
+
+    /// How many more tracks the queue takes; 409 `queue_full` when none.
+    private func roomInQueue(_ url: String) throws(APIError) -> Int {
+        let room = Self.maxQueueLength - snapshot.queue.tracks.count
+        guard room > 0 else {
+            throw APIError(
+                status: .conflict, code: "queue_full",
+                message: "the queue holds \(Self.maxQueueLength) tracks, the most it may; remove some before adding \(url)")
+        }
+        return room
+    }
+
     /// Where the current track is now, in ms.
     var position: Int64 {
         guard snapshot.queue.playback == .playing else { return snapshot.positionMS }
@@ -148,12 +172,16 @@ actor SessionController {
                     status: .conflict, code: "superseded",
                     message: "another command changed what plays while \(url) was being resolved; it was not played")
             }
+            let room = try roomInQueue(url)
             try await apply(.playNow(tracks[0]))
-            if tracks.count > 1 { try await apply(.enqueue(Array(tracks.dropFirst()), autoplay: false)) }
+            if tracks.count > 1 && room > 1 {
+                try await apply(.enqueue(Array(tracks.dropFirst().prefix(room - 1)), autoplay: false))
+            }
         case .enqueue(let url):
             let ticket = intent
             let tracks = try await engine.resolve(url).tracks
-            try await apply(.enqueue(tracks, autoplay: ticket == intent))
+            let room = try roomInQueue(url)
+            try await apply(.enqueue(Array(tracks.prefix(room)), autoplay: ticket == intent))
         case .remove(let index):
             if index == snapshot.queue.current { intent += 1 }
             try await apply(.remove(index: index))
@@ -177,7 +205,9 @@ actor SessionController {
         case .resume:
             try await apply(.resume)
         case .seek(let target):
-            guard target >= 0 else { throw .badRequest("invalid_position", "position_ms must be 0 or more") }
+            guard (0...Self.maxPositionMS).contains(target) else {
+                throw .badRequest("invalid_position", "position_ms must be from 0 to \(Self.maxPositionMS)")
+            }
             guard snapshot.queue.playback == .playing || snapshot.queue.playback == .paused else {
                 throw APIError(status: .conflict, code: "invalid_state", message: "nothing is playing to seek in")
             }

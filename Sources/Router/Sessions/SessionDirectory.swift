@@ -1,6 +1,7 @@
 // The session controllers in memory: made on first use (from the database when the session was
 // stored before), fed the engine's events in socket order, and released when a session has had
 // no clients and nothing playing for a while (its stored state stays in the database).
+import HTTPTypes
 import Logging
 import ServiceLifecycle
 import WireProtocol
@@ -13,8 +14,19 @@ actor SessionDirectory {
     private let writer: PersistenceWriter?
     private let logger: Logger
     private(set) var released: UInt64 = 0
+    /// The most engine plays browser sessions may hold at once (nil: no limit); bots keep the rest.
+    private let browserPlays: Int?
+    /// Sessions a browser token has commanded, and those let start a play lately (their play may
+    /// still be resolving, so it does not show as active yet).
+    private var browserSessions: Set<SessionID> = []
+    private var admitted: [SessionID: ContinuousClock.Instant] = [:]
+    static let admissionHold: Duration = .seconds(60)
 
-    init(store: SessionStore, engine: any EngineControl, database: SessionDatabase?, writer: PersistenceWriter?, logger: Logger) {
+    init(
+        store: SessionStore, engine: any EngineControl, database: SessionDatabase?, writer: PersistenceWriter?,
+        logger: Logger, browserPlays: Int? = nil
+    ) {
+        self.browserPlays = browserPlays
         self.store = store
         self.engine = engine
         self.database = database
@@ -87,6 +99,33 @@ actor SessionDirectory {
         return plays
     }
 
+    /// Lets a browser's command through, or refuses one that would start a play (503 with
+    /// Retry-After) while browser sessions already hold `browserPlays` of the engine's plays.
+    /// The count and the admission happen without a suspension between them, so concurrent
+    /// plays cannot overshoot the limit.
+    func admitBrowser(_ command: SessionCommand, on id: SessionID) async throws(APIError) {
+        browserSessions.insert(id)
+        guard let limit = browserPlays, command.mayStartPlay else { return }
+        if await controllers[id]?.activePlayID != nil { return }  // it holds its play already
+        var holding = Set<SessionID>()
+        for other in browserSessions where other != id {
+            if await controllers[other]?.activePlayID != nil { holding.insert(other) }
+        }
+        let now = ContinuousClock.now
+        // An admission stops counting on its own once its play shows as active (or after the
+        // hold, if it never started): a stopped play frees its place at once.
+        admitted = admitted.filter { now - $0.value < Self.admissionHold && !holding.contains($0.key) }
+        holding.formUnion(admitted.keys)
+        holding.remove(id)
+        guard holding.count < limit else {
+            throw APIError(
+                status: .serviceUnavailable, code: "browser_share_exhausted",
+                message: "browser listeners may hold \(limit) of the engine's plays at once and all are in use; "
+                    + "try again in a minute", retryAfterSeconds: 30)
+        }
+        admitted[id] = now
+    }
+
     /// Releases sessions with no clients and nothing playing for `idleFor`.
     func releaseStale(idleFor: Duration) async {
         let cutoff = ContinuousClock.now - idleFor
@@ -95,6 +134,7 @@ actor SessionDirectory {
                 (store.lastSeen(id) ?? cutoff) <= cutoff
             else { continue }
             controllers.removeValue(forKey: id)
+            browserSessions.remove(id)
             store.release(id)
             released += 1
             logger.debug("released stale session", metadata: ["session.id": "\(id)"])

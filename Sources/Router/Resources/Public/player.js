@@ -1,6 +1,7 @@
 // The playground: one session per browser profile, its queue and controls, and its audio.
 import { Connection, explain, identity } from "/api.js";
 import { Player } from "/audio.js";
+import { ListenPlayer, StreamPlayer } from "/stream-player.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -20,11 +21,19 @@ function icon(button, name) {
   button.innerHTML = `<svg viewBox="0 0 24 24" width="20" height="20" fill="currentColor" aria-hidden="true">${ICONS[name]}</svg>`;
 }
 document.querySelectorAll("[data-icon]").forEach((button) => icon(button, button.dataset.icon));
-const player = Player.supported ? new Player() : null;
+// WebCodecs where the page is a secure context (HTTPS, localhost); elsewhere Media Source with the
+// same packets; the Ogg stream only where neither exists. Each starts inside the user's click.
+const mode = Player.supported ? "webcodecs" : StreamPlayer.supported ? "media-source" : "ogg";
+let player = mode === "webcodecs" ? new Player() : mode === "media-source" ? new StreamPlayer($("fallback-audio")) : null;
 let state = null, stateAt = 0, seeking = false, mutedFrom = null;
 
 const connection = new Connection({
-  onState: (next) => { state = next; stateAt = performance.now(); render(); },
+  onState: (next) => {
+    state = next;
+    stateAt = performance.now();
+    player?.follow(state.status === "playing" || state.status === "starting");
+    render();
+  },
   onEvent,
   onAudio: (packet) => player?.push(packet),
   onConnection: (status) => {
@@ -36,6 +45,7 @@ const connection = new Connection({
 
 // What tests (and the curious) can read from the console.
 window.tonearm = {
+  mode,
   get state() { return state; },
   get connection() { return $("connection").dataset.state; },
   get message() { return $("message").textContent; },
@@ -43,13 +53,20 @@ window.tonearm = {
   contextState: () => player?.state ?? "unsupported",
   dominantFrequency: () => player?.dominantFrequency() ?? 0,
   rms: (seconds) => player?.rms(seconds) ?? 0,
+  samples: (seconds) => player?.samples(seconds) ?? new Float32Array(0),
   resetGaps: () => { if (player) player.stats.maxGapMs = 0; },
 };
 
 function say(text) { $("message").textContent = text || ""; }
 
+// Commands that mean "I want to hear something" start the player inside their click (browsers
+// let audio start only from a gesture); pause and stop silence it at once.
+const STARTS = new Set(["play", "queue", "resume", "jump", "next", "previous"]);
+const STOPS = new Set(["pause", "stop"]);
+
 async function run(op, args) {
-  player?.start();
+  if (STARTS.has(op)) player?.start();
+  else if (STOPS.has(op)) player?.pause();
   try {
     await connection.command(op, args);
     say("");
@@ -233,19 +250,22 @@ document.addEventListener("keydown", (event) => {
     togglePlayback();
   }
 });
-// Browsers that need a gesture before audio may play get one from the first click or key.
-document.addEventListener("pointerdown", () => player?.start(), { once: true });
-document.addEventListener("keydown", () => player?.start(), { once: true });
+// Browsers that need a gesture before audio may play get one from any click or key (a page
+// reloaded while its session plays starts hearing it at the first touch).
+document.addEventListener("pointerdown", () => player?.unlock());
+document.addEventListener("keydown", () => player?.unlock());
 
 async function main() {
   const me = await identity();
   $("session").textContent = me.session_id;
-  if (!player) {
-    $("fallback").hidden = false;
-    $("fallback-audio").src = `/listen/${encodeURIComponent(me.session_id)}.ogg?token=${encodeURIComponent(me.token)}`;
-  } else {
-    player.start();
+  if (mode === "ogg") {
+    player = new ListenPlayer($("fallback-audio"), `/listen/${encodeURIComponent(me.session_id)}.ogg?token=${encodeURIComponent(me.token)}`);
   }
+  // The AudioContext exists from the start (it runs at once where autoplay is allowed, else from
+  // the first gesture); the media element waits for a gesture in any case.
+  if (mode === "webcodecs") player.start();
+  $("fallback").hidden = mode === "webcodecs";
+  $("fallback").dataset.mode = mode;
   await connection.open();
   requestAnimationFrame(tick);
 }

@@ -1,0 +1,89 @@
+// A limit on work that costs a process or a thread each (yt-dlp runs, sources opened to describe
+// them): at most `limit` at once, at most `queueLimit` more waiting, each for at most `maxWait`.
+// Beyond that the caller is told to come back later (503 with Retry-After) instead of the engine
+// starting processes and threads without bound for whoever asks.
+import HTTPTypes
+
+/// Admits at most `limit` holders at a time; a bounded, time-limited queue for the rest.
+package actor ConcurrencyGate {
+    package struct Limits: Sendable {
+        package var limit: Int
+        package var queueLimit: Int
+        package var maxWait: Duration
+        package init(limit: Int = 4, queueLimit: Int = 16, maxWait: Duration = .seconds(20)) {
+            self.limit = limit
+            self.queueLimit = queueLimit
+            self.maxWait = maxWait
+        }
+    }
+
+    let limits: Limits
+    private let what: String
+    private var running = 0
+    private var waiters: [(id: UInt64, continuation: CheckedContinuation<Bool, Never>)] = []
+    private var nextID: UInt64 = 0
+
+    /// `what` names the work in the refusal ("yt-dlp runs").
+    package init(_ what: String, limits: Limits = .init()) {
+        self.what = what
+        self.limits = limits
+    }
+
+    /// Runs `work` once admitted; throws 503 `resolver_busy` when the queue is full or the wait
+    /// runs out.
+    func run<T: Sendable>(_ work: @Sendable () async throws -> T) async throws -> T {
+        try await acquire()
+        do {
+            let result = try await work()
+            release()
+            return result
+        } catch {
+            release()
+            throw error
+        }
+    }
+
+    /// Waits for a place; every successful `acquire` needs one `release`.
+    func acquire() async throws(ControlError) {
+        if running < limits.limit {
+            running += 1
+            return
+        }
+        guard waiters.count < limits.queueLimit else { throw busy() }
+        let id = nextID
+        nextID += 1
+        let wait = limits.maxWait
+        let admitted = await withCheckedContinuation { continuation in
+            waiters.append((id, continuation))
+            Task { [weak self] in
+                try? await Task.sleep(for: wait)
+                await self?.expire(id)
+            }
+        }
+        guard admitted else { throw busy() }
+    }
+
+    /// Hands the place to the longest waiter, or frees it.
+    func release() {
+        if waiters.isEmpty {
+            running -= 1
+        } else {
+            waiters.removeFirst().continuation.resume(returning: true)
+        }
+    }
+
+    private func expire(_ id: UInt64) {
+        guard let index = waiters.firstIndex(where: { $0.id == id }) else { return }
+        waiters.remove(at: index).continuation.resume(returning: false)
+    }
+
+    private func busy() -> ControlError {
+        ControlError(
+            status: .serviceUnavailable, code: "resolver_busy",
+            message: "\(limits.limit) \(what) are running and \(waiters.count) waiting; try again in a few seconds",
+            retryAfterSeconds: 5)
+    }
+
+    /// Holders and waiters now, for health and tests.
+    var load: (running: Int, waiting: Int) { (running, waiters.count) }
+}
