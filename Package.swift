@@ -42,6 +42,8 @@ let package = Package(
             dependencies: [.product(name: "NIOCore", package: "swift-nio")],
             swiftSettings: swiftSettings
         ),
+        // What both servers share beyond the wire: address ranges for their settings.
+        .target(name: "ServiceSupport", swiftSettings: swiftSettings),
         .target(
             name: "AudioEngine",
             dependencies: [
@@ -72,7 +74,7 @@ let package = Package(
         .target(
             name: "Router",
             dependencies: [
-                "WireProtocol",
+                "WireProtocol", "ServiceSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -122,7 +124,7 @@ let package = Package(
         .testTarget(
             name: "AudioEngineTests",
             dependencies: [
-                "AudioEngine", "WireProtocol", "TestSupport",
+                "AudioEngine", "WireProtocol", "ServiceSupport", "TestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -133,7 +135,7 @@ let package = Package(
         .testTarget(
             name: "RouterTests",
             dependencies: [
-                "Router", "WireProtocol", "TestSupport",
+                "Router", "WireProtocol", "ServiceSupport", "TestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),

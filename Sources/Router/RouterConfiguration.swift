@@ -1,6 +1,7 @@
 // Every setting of the Router, with its default, read from TONEARM_* environment variables in
 // `main` only (flags override them); tests construct it directly.
 import Foundation
+import ServiceSupport
 
 /// The Router's settings.
 package struct RouterConfiguration: Sendable {
@@ -28,6 +29,12 @@ package struct RouterConfiguration: Sendable {
     /// The most engine plays browser sessions may hold at once; bots keep the rest of the pool.
     /// Half of TONEARM_MAX_SESSIONS (the engine's pool, 60 by default) unless set.
     var browserPlays = 30
+    /// Identities one client address may mint: `identityBurst` at once, then this many a minute
+    /// (0: no limit).
+    var identityPerMinute = 10
+    var identityBurst = 20
+    /// Proxies whose X-Forwarded-For names the client (Caddy in front, a load balancer).
+    var trustedProxies: [IPNetwork] = []
     /// HTTPS: a PEM certificate chain (leaf first) and its PEM private key. Both or neither.
     package var tlsCertificatePath: String?
     package var tlsKeyPath: String?
@@ -57,6 +64,19 @@ package struct RouterConfiguration: Sendable {
             }
             browserPlays = plays
         }
+        if let value = environment["TONEARM_IDENTITY_RATE"] {
+            identityPerMinute = try Self.count(value, "TONEARM_IDENTITY_RATE", 0...100_000, "identities a minute")
+        }
+        if let value = environment["TONEARM_IDENTITY_BURST"] {
+            identityBurst = try Self.count(value, "TONEARM_IDENTITY_BURST", 1...100_000, "identities")
+        }
+        if let value = environment["TONEARM_TRUSTED_PROXIES"] {
+            do {
+                trustedProxies = try IPNetwork.list(value, setting: "TONEARM_TRUSTED_PROXIES")
+            } catch {
+                throw RouterConfigurationError(message: error.message)
+            }
+        }
         if let value = environment["TONEARM_DATABASE"], !value.isEmpty { databasePath = value }
         if let value = environment["TONEARM_PING_INTERVAL"] { pingInterval = .seconds(try Self.seconds(value, "TONEARM_PING_INTERVAL")) }
         if let value = environment["TONEARM_STALE_SESSION_TIMEOUT"] {
@@ -81,6 +101,13 @@ package struct RouterConfiguration: Sendable {
 
 extension RouterConfiguration {
     var database: String { databasePath ?? (dataDirectory as NSString).appendingPathComponent("tonearm.sqlite") }
+
+    private static func count(_ value: String, _ name: String, _ range: ClosedRange<Int>, _ what: String) throws -> Int {
+        guard let number = Int(value), range.contains(number) else {
+            throw RouterConfigurationError(message: "\(name)=\(value) is not a number of \(what) (\(range.lowerBound)...\(range.upperBound))")
+        }
+        return number
+    }
 
     private static func seconds(_ value: String, _ name: String) throws -> Double {
         guard let seconds = Double(value), seconds > 0, seconds < 86_400 else {

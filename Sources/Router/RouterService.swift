@@ -27,7 +27,11 @@ package enum RouterService {
         }
         let secret = try IdentityTokens.secret(configured: configuration.tokenSecret, directory: configuration.dataDirectory)
         let access = AccessControl(tokens: IdentityTokens(secret: secret), botToken: configuration.botToken)
-        let api = RouterApplication(store: store, directory: directory, link: link, engine: engine, access: access)
+        var api = RouterApplication(store: store, directory: directory, link: link, engine: engine, access: access)
+        if configuration.identityPerMinute > 0 {
+            api.identityLimit = RateLimiter(perMinute: configuration.identityPerMinute, burst: configuration.identityBurst)
+        }
+        api.clientAddress = ClientAddress(trustedProxies: configuration.trustedProxies)
         let router = api.makeRouter(publicDirectory: publicDirectory())
         let http = HTTPServerBuilder.http1WebSocketUpgrade(
             webSocketRouter: router,

@@ -166,3 +166,50 @@ func curl(_ url: String, token: String? = nil, body: String = #"{"url":"tone-440
     let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
     return (Int(lines.last ?? "") ?? 0, lines.dropLast().joined(separator: "\n"))
 }
+
+extension IsolationEndToEndTests {
+    /// One address cannot mint identities without end: after the burst it is told to wait (429,
+    /// Retry-After), while a bot keeps playing. X-Forwarded-For picks the client only behind a
+    /// trusted proxy: sent by anyone else it changes nothing.
+    @Test func identitiesAreRateLimitedPerClientAddress() async throws {
+        func mint(_ cluster: TonearmCluster, forwardedFor: String? = nil) async throws -> (Int, String, String?) {
+            var request = HTTPClientRequest(url: cluster.routerURL + "/api/identity")
+            request.method = .POST
+            if let forwardedFor { request.headers.add(name: "X-Forwarded-For", value: forwardedFor) }
+            let response = try await cluster.client.execute(request, timeout: .seconds(10))
+            let body = String(buffer: try await response.body.collect(upTo: 1 << 16))
+            return (Int(response.status.code), body, response.headers.first(name: "Retry-After"))
+        }
+        let cluster = try TonearmCluster(
+            tones: [440], seconds: 20, environment: ["TONEARM_IDENTITY_BURST": "3", "TONEARM_IDENTITY_RATE": "2"])
+        try await cluster.startBoth()
+        defer { Task { [cluster] in await cluster.stop() } }
+        let bystander = SessionListener(session: "bystander", routerPort: cluster.routerPort, bot: true)
+        defer { bystander.close() }
+        #expect(await eventually { bystander.isConnected })
+        #expect(try await cluster.play("bystander", "tone-440.mp3").status == 202)
+        #expect(await bystander.hears(440))
+        for n in 1...3 {
+            let (status, body, _) = try await mint(cluster, forwardedFor: "198.51.100.\(n)")
+            #expect(status == 200 && body.contains("\"token\""), "identity \(n): \(status) \(body)")
+        }
+        let (status, body, retryAfter) = try await mint(cluster, forwardedFor: "198.51.100.99")
+        #expect(status == 429 && body.contains("rate_limited") && body.contains("try again later"), "\(status) \(body)")
+        #expect(retryAfter.flatMap(Int.init).map { (1...31).contains($0) } == true, "Retry-After: \(retryAfter ?? "none")")
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(try abs(bystander.lastTone() - 440) < 5)
+        #expect(try await cluster.engineConnects() == 1)
+
+        // Behind a proxy the operator trusts (here the test itself, on 127.0.0.1), each forwarded
+        // address has its own allowance.
+        let proxied = try TonearmCluster(
+            tones: [], environment: [
+                "TONEARM_IDENTITY_BURST": "1", "TONEARM_IDENTITY_RATE": "1", "TONEARM_TRUSTED_PROXIES": "127.0.0.1",
+            ])
+        try await proxied.startBoth()
+        defer { Task { [proxied] in await proxied.stop() } }
+        #expect(try await mint(proxied, forwardedFor: "198.51.100.1").0 == 200)
+        #expect(try await mint(proxied, forwardedFor: "198.51.100.2").0 == 200)
+        #expect(try await mint(proxied, forwardedFor: "203.0.113.9, 198.51.100.1").0 == 429, "the proxy's own entry counts")
+    }
+}

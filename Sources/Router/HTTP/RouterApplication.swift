@@ -29,6 +29,9 @@ struct RouterApplication {
     let link: EngineLink
     let engine: EngineClient
     let access: AccessControl
+    /// Identities minted per client address (nil: no limit).
+    var identityLimit: RateLimiter? = nil
+    var clientAddress = ClientAddress(trustedProxies: [])
     let startedAt = Date()
 
     func makeRouter(publicDirectory: String?) -> Hummingbird.Router<TonearmRequestContext> {
@@ -37,8 +40,16 @@ struct RouterApplication {
         if let publicDirectory {
             router.add(middleware: FileMiddleware(publicDirectory, searchForIndexHtml: true))
         }
-        router.post("/api/identity") { _, _ -> Identity in
-            access.tokens.issue()
+        router.post("/api/identity") { request, context -> Identity in
+            let client = clientAddress.of(request, peer: context.channel.remoteAddress)
+            if let limit = identityLimit, let wait = limit.admit(client) {
+                throw APIError(
+                    status: .tooManyRequests, code: "rate_limited",
+                    message: "this address has made \(limit.burst) identities lately, the most it may at once "
+                        + "(\(limit.perMinute) more a minute); keep the one you have, or try again later",
+                    retryAfterSeconds: max(1, Int(wait.components.seconds) + 1))
+            }
+            return access.tokens.issue()
         }
         addSessionRoutes(to: router)
         router.get("/api/sessions") { request, _ -> SessionListing in
