@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTypes
 import Logging
 import NIOPosix
 import TestSupport
@@ -119,5 +120,23 @@ import NIOCore
         #expect(events.map(\.type) == [.error, .finished])
         #expect(events.last?.reason == .error)
         #expect(events.first?.message?.isEmpty == false)
+    }
+
+    /// A control that names a play the session has since replaced is refused (409 stale_play)
+    /// and changes nothing; naming the current play, or none, works as before.
+    @Test func controlsForAReplacedPlayAreRefused() throws {
+        let driver = try TickDriver()
+        let id = try SessionID("s1")
+        let first = try driver.manager.play(sessionID: id, url: "tone-440.mp3").playID
+        let second = try driver.manager.play(sessionID: id, url: "tone-440.mp3").playID
+        try driver.tick(until: { (try? driver.manager.info(sessionID: id).state) == .streaming })
+        let pause = #expect(throws: ControlError.self) { try driver.manager.pause(sessionID: id, playID: first) }
+        let seek = #expect(throws: ControlError.self) { try driver.manager.seek(sessionID: id, positionMS: 500, playID: first) }
+        for error in [pause, seek] {
+            #expect(error?.code == "stale_play" && error?.status == .conflict, "\(String(describing: error))")
+        }
+        #expect(try driver.manager.info(sessionID: id).state == .streaming)
+        #expect(try driver.manager.pause(sessionID: id, playID: second).state == .paused)
+        #expect(try driver.manager.resume(sessionID: id).state == .streaming)
     }
 }

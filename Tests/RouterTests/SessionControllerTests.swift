@@ -53,7 +53,8 @@ final class ScriptedEngine: EngineControl {
     }
 
     func control(_ id: SessionID, _ name: String, _ body: [String: Int64]) async throws(APIError) {
-        state.withLock { $0.calls.append(name) }
+        await gate("control:" + name)
+        state.withLock { $0.calls.append(name + body.sorted { $0.key < $1.key }.map { " \($0.key)=\($0.value)" }.joined()) }
     }
 
     private func gate(_ key: String) async {
@@ -287,5 +288,41 @@ final class ScriptedEngine: EngineControl {
         state = try await controller.perform(.enqueue(url: "huge-b"))
         #expect(state.queue.count == SessionController.maxQueueLength)
         #expect(state.queue.last?.url == "huge-b-1.mp3", "the playlist filled the one free place")
+    }
+
+    /// A pause whose engine call is still out when the user skips: it was meant for the old
+    /// track, so the engine is told which play (and refuses it for any other), and the new track
+    /// is not marked paused when the answer comes back.
+    @Test func aPauseOverTakenByASkipDoesNotPauseTheNextTrack() async throws {
+        let engine = ScriptedEngine()
+        let (controller, _) = controller(engine)
+        try await controller.perform(.enqueue(url: "list"))
+        await controller.handle(ready(1))
+        engine.hold("control:pause")
+        let pause = Task { try await controller.perform(.pause) }
+        await engine.waitUntilHeld("control:pause")
+        try await controller.perform(.next)
+        await controller.handle(ready(2))
+        engine.release("control:pause")
+        _ = try await pause.value
+        #expect(engine.calls.contains("pause play_id=1"), "\(engine.calls)")
+        let state = await controller.state
+        #expect(state.status == "playing" && state.current == 1, "\(state.status) at \(state.current.map(String.init) ?? "-")")
+    }
+
+    @Test func aSeekOverTakenByASkipLeavesTheNewTrackWhereItIs() async throws {
+        let engine = ScriptedEngine()
+        let (controller, _) = controller(engine)
+        try await controller.perform(.enqueue(url: "list"))
+        await controller.handle(ready(1))
+        engine.hold("control:seek")
+        let seek = Task { try await controller.perform(.seek(positionMS: 20_000)) }
+        await engine.waitUntilHeld("control:seek")
+        try await controller.perform(.next)
+        await controller.handle(ready(2))
+        engine.release("control:seek")
+        _ = try await seek.value
+        #expect(engine.calls.contains("seek play_id=1 position_ms=20000"), "\(engine.calls)")
+        #expect(await controller.state.positionMS < 5_000)
     }
 }

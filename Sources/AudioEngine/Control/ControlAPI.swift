@@ -28,7 +28,16 @@ struct ControlAPI: Sendable {
     struct VolumeRequest: Decodable { var volume: Int? }
     struct SeekRequest: Decodable {
         var positionMS: Int64?
-        enum CodingKeys: String, CodingKey { case positionMS = "position_ms" }
+        var playID: UInt64?
+        enum CodingKeys: String, CodingKey {
+            case positionMS = "position_ms"
+            case playID = "play_id"
+        }
+    }
+    /// Pause and resume may name the play they are meant for.
+    struct PlayTarget: Decodable {
+        var playID: UInt64?
+        enum CodingKeys: String, CodingKey { case playID = "play_id" }
     }
 
     struct StopResult: Codable, Equatable {
@@ -79,11 +88,15 @@ struct ControlAPI: Sendable {
             let id = try Self.sessionID(context)
             return StopResult(sessionID: id, stopped: manager.stop(sessionID: id))
         }
-        router.post("/session/:id/pause") { _, context -> SessionInfo in
-            try manager.pause(sessionID: try Self.sessionID(context))
+        router.post("/session/:id/pause") { request, context -> SessionInfo in
+            let id = try Self.sessionID(context)
+            let target = try await Self.decode(PlayTarget.self, request, context, empty: PlayTarget())
+            return try manager.pause(sessionID: id, playID: target.playID)
         }
-        router.post("/session/:id/resume") { _, context -> SessionInfo in
-            try manager.resume(sessionID: try Self.sessionID(context))
+        router.post("/session/:id/resume") { request, context -> SessionInfo in
+            let id = try Self.sessionID(context)
+            let target = try await Self.decode(PlayTarget.self, request, context, empty: PlayTarget())
+            return try manager.resume(sessionID: id, playID: target.playID)
         }
         router.post("/session/:id/volume") { request, context -> SessionInfo in
             let id = try Self.sessionID(context)
@@ -99,7 +112,7 @@ struct ControlAPI: Sendable {
             guard let position = body.positionMS else {
                 throw ControlError.badRequest("the body needs \"position_ms\": milliseconds from the start", code: "invalid_position")
             }
-            return try manager.seek(sessionID: id, positionMS: position)
+            return try manager.seek(sessionID: id, positionMS: position, playID: body.playID)
         }
         router.get("/session/:id") { _, context -> SessionInfo in
             try manager.info(sessionID: try Self.sessionID(context))
@@ -193,12 +206,14 @@ struct ControlAPI: Sendable {
         }
     }
 
+    /// The JSON body as `T`; an empty body is `empty` when given, else refused.
     static func decode<T: Decodable>(
-        _ type: T.Type, _ request: Request, _ context: some RequestContext
+        _ type: T.Type, _ request: Request, _ context: some RequestContext, empty: T? = nil
     ) async throws -> T {
         var request = request
         let buffer = try await request.collectBody(upTo: 64 * 1024)
-        guard buffer.readableBytes > 0 else {
+        guard buffer.readableBytesView.contains(where: { !" \r\n\t".utf8.contains($0) }) else {
+            if let empty { return empty }
             throw ControlError.badRequest("the body is empty; send a JSON object", code: "invalid_json")
         }
         do {

@@ -202,15 +202,15 @@ package final class SessionManager: Sendable {
         return stopped != nil
     }
 
-    func pause(sessionID: SessionID) throws(ControlError) -> SessionInfo {
-        try transition(sessionID, .pause) { session, id in
+    func pause(sessionID: SessionID, playID: UInt64? = nil) throws(ControlError) -> SessionInfo {
+        try transition(sessionID, .pause, playID: playID) { session, id in
             WireEvent(type: .paused, sessionID: id, playID: session.machine.playID, positionMS: session.positionMS)
         }
     }
 
-    func resume(sessionID: SessionID) throws(ControlError) -> SessionInfo {
+    func resume(sessionID: SessionID, playID: UInt64? = nil) throws(ControlError) -> SessionInfo {
         var stale: (Playback, String, Int64)?
-        let info = try transition(sessionID, .resume) { session, id in
+        let info = try transition(sessionID, .resume, playID: playID) { session, id in
             if let playback = session.playback, let source = playback.source, let page = source.pageURL,
                 let expiry = source.expiresAt, expiry.timeIntervalSinceNow < ResolutionCache.margin
             {
@@ -235,12 +235,12 @@ package final class SessionManager: Sendable {
         return info
     }
 
-    func seek(sessionID: SessionID, positionMS requested: Int64) throws(ControlError) -> SessionInfo {
+    func seek(sessionID: SessionID, positionMS requested: Int64, playID: UInt64? = nil) throws(ControlError) -> SessionInfo {
         guard (0...MediaTime.maxMS).contains(requested) else {
             throw .badRequest("\"position_ms\" must be from 0 to \(MediaTime.maxMS), got \(requested)", code: "invalid_position")
         }
         var target = requested
-        let info = try transition(sessionID, .seek) { session, id in
+        let info = try transition(sessionID, .seek, playID: playID) { session, id in
             if let duration = session.durationMS { target = min(target, duration) }
             session.playback?.requestSeek(toMS: target)
             session.positionBaseMS = target
@@ -464,11 +464,20 @@ package final class SessionManager: Sendable {
     }
 
     /// Applies a control input that may be refused; on success queues the event `make` builds.
+    /// With `playID`, only while that play is the session's current one (a command meant for a
+    /// play that has since been replaced is refused, not applied to its successor).
     private func transition(
-        _ id: SessionID, _ input: SessionStateMachine.Input, _ make: (inout Session, SessionID) -> WireEvent
+        _ id: SessionID, _ input: SessionStateMachine.Input, playID: UInt64? = nil,
+        _ make: (inout Session, SessionID) -> WireEvent
     ) throws(ControlError) -> SessionInfo {
         try state.withLock { state throws(ControlError) -> SessionInfo in
             guard var session = state.sessions[id] else { throw Self.unknown(id) }
+            if let playID, session.machine.playID != playID {
+                throw ControlError(
+                    status: .conflict, code: "stale_play",
+                    message: "play \(playID) is no longer the session's current play"
+                        + (session.machine.playID.map { " (now \($0))" } ?? ""))
+            }
             let action = session.machine.handle(input)
             if case .refuse(let reason) = action {
                 throw ControlError(status: .conflict, code: "invalid_state", message: reason)

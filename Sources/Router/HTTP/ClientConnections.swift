@@ -42,7 +42,7 @@ struct ClientConnections {
             }
             let id = try RouterApplication.sessionID(path: String(file.dropLast(4)))
             try access.authorize(request, for: id)
-            return await listen(to: id, channel: context.channel, logger: context.logger)
+            return try await listen(to: id, channel: context.channel, logger: context.logger)
         }
     }
 
@@ -50,7 +50,6 @@ struct ClientConnections {
     private func serve(
         _ id: SessionID, kind: ClientKind, inbound: WebSocketInboundStream, context: WebSocketRouterContext<TonearmRequestContext>
     ) async throws {
-        let controller = await directory.controller(for: id)
         // A browser token's commands count against the browsers' share of the engine's pool.
         let limited = kind == .browser && !access.isBot(context.request)
         let channel = context.requestContext.channel
@@ -67,10 +66,15 @@ struct ClientConnections {
         }
         try await WebSocketFanOut.install(sink, in: channel)
         // The state goes out first: it is queued on the client's loop before the subscription
-        // can queue anything there.
-        let state = await controller.state.json()
-        send(.event(state), to: sink)
-        let token = store.subscribe(id, kind: kind, sink: sink)
+        // can queue anything there, inside the controller so no change falls in between, and
+        // with the session pinned so it cannot be released before the subscription holds it.
+        let (controller, token) = try await directory.using(id) { [store] controller in
+            let token = await controller.withCurrentState { state in
+                send(.event(state.json()), to: sink)
+                return store.subscribe(id, kind: kind, sink: sink)
+            }
+            return (controller, token)
+        }
         defer { store.unsubscribe(id, token: token) }
         for try await message in inbound.messages(maxSize: 64 * 1024) {
             guard case .text(let text) = message else { continue }
@@ -129,12 +133,13 @@ struct ClientConnections {
     }
 
     /// The session as an endless Ogg Opus stream, for as long as the listener stays (and keeps up).
-    private func listen(to id: SessionID, channel: any Channel, logger: Logger) async -> Response {
-        _ = await directory.controller(for: id)
+    private func listen(to id: SessionID, channel: any Channel, logger: Logger) async throws -> Response {
         await Self.limitBuffering(channel)
-        let subscription = store.subscribe(id, kind: .listener) { [closeGrace] reason in
-            logger.warning("disconnecting a listener that stays behind", metadata: ["session.id": "\(id)", "reason": "\(reason)"])
-            channel.eventLoop.scheduleTask(in: closeGrace) { channel.close(promise: nil) }
+        let subscription = try await directory.using(id) { [store, closeGrace] _ in
+            store.subscribe(id, kind: .listener) { reason in
+                logger.warning("disconnecting a listener that stays behind", metadata: ["session.id": "\(id)", "reason": "\(reason)"])
+                channel.eventLoop.scheduleTask(in: closeGrace) { channel.close(promise: nil) }
+            }
         }
         let title = store.findBySessionId(id)?.lastEvent?.title
         var headers = HTTPFields()

@@ -85,7 +85,7 @@ struct RouterApplication {
         router.get("/api/sessions/:id") { request, context -> SessionState in
             let id = try Self.sessionID(context)
             try access.authorize(request, for: id)
-            return await directory.controller(for: id).state
+            return try await directory.using(id) { await $0.state }
         }
         // `queue` is also a DELETE path, so the router needs its POST spelled out.
         for path: RouterPath in ["/api/sessions/:id/:command", "/api/sessions/:id/queue"] {
@@ -118,7 +118,7 @@ struct RouterApplication {
 
     private func perform(_ command: SessionCommand, on id: SessionID) async throws -> Response {
         try link.requireConnected(engine)
-        let state = try await directory.controller(for: id).perform(command)
+        let state = try await directory.using(id) { try await $0.perform(command) }
         // A play is accepted: its audio follows once the engine has opened the source.
         let status: HTTPResponse.Status = if case .play = command { .accepted } else { .ok }
         return Response.json(status: status, Data(state.json().utf8))

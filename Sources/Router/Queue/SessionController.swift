@@ -133,6 +133,10 @@ actor SessionController {
             loop: queue.loop)
     }
 
+    /// Runs `join` on the controller with the current state, so no state change falls between
+    /// the state a client gets first and its subscription (every change is broadcast from here).
+    func withCurrentState<T: Sendable>(_ join: @Sendable (SessionState) -> T) -> T { join(state) }
+
     /// The furthest seek accepted: the engine's bound on positions (2^40 ms, about 35 years).
     static let maxPositionMS: Int64 = 1 << 40
 
@@ -211,7 +215,10 @@ actor SessionController {
             guard snapshot.queue.playback == .playing || snapshot.queue.playback == .paused else {
                 throw APIError(status: .conflict, code: "invalid_state", message: "nothing is playing to seek in")
             }
-            try await engine.control(id, "seek", ["position_ms": target])
+            let generation = snapshot.queue.generation
+            try await engine.control(id, "seek", ["position_ms": target].merging(playTarget) { $1 })
+            // Another command may have replaced the track meanwhile; the seek was for the old one.
+            guard snapshot.queue.generation == generation else { break }
             setPosition(target)
             changed()
         case .volume(let volume):
@@ -236,7 +243,11 @@ actor SessionController {
             var trial = snapshot.queue
             let action = trial.handle(input)
             if case .refuse(let refusal) = action { throw Self.error(refusal) }
-            try await engine.control(id, input == .pause ? "pause" : "resume", [:])
+            let generation = snapshot.queue.generation
+            // Named by play id, the engine refuses it if that play has been replaced meanwhile.
+            try await engine.control(id, input == .pause ? "pause" : "resume", playTarget)
+            // And if the queue moved on while the engine answered, the new track's state stands.
+            guard snapshot.queue.generation == generation else { return }
             if snapshot.queue.handle(input) != .none {
                 if input == .pause { setPosition(position) } else { positionAt = .now }
                 changed()
@@ -362,6 +373,11 @@ actor SessionController {
     }
 
     // MARK: Helpers
+
+    /// `play_id` of the engine play this session is on, for controls meant for that play only.
+    private var playTarget: [String: Int64] {
+        snapshot.playID.map { ["play_id": Int64(clamping: $0)] } ?? [:]
+    }
 
     private func setPosition(_ position: Int64) {
         snapshot.positionMS = position

@@ -14,6 +14,8 @@ actor SessionDirectory {
     private let writer: PersistenceWriter?
     private let logger: Logger
     private(set) var released: UInt64 = 0
+    /// Sessions in use by a command or a joining client (`using`): never released meanwhile.
+    private var pins: [SessionID: Int] = [:]
     /// The most engine plays browser sessions may hold at once (nil: no limit); bots keep the rest.
     private let browserPlays: Int?
     /// Sessions a browser token has commanded, and those let start a play lately (their play may
@@ -59,6 +61,19 @@ actor SessionDirectory {
 
     /// The controller of `id` if it is in memory.
     func existing(_ id: SessionID) -> SessionController? { controllers[id] }
+
+    /// Runs `body` with the controller of `id`, which is not released while `body` runs: a
+    /// command in flight or a client on its way to subscribing keeps its session in memory.
+    func using<T: Sendable>(_ id: SessionID, _ body: @Sendable (SessionController) async throws -> T) async throws -> T {
+        let controller = await controller(for: id)
+        // No suspension between getting the controller and pinning it.
+        pins[id, default: 0] += 1
+        defer {
+            pins[id, default: 1] -= 1
+            if pins[id] == 0 { pins.removeValue(forKey: id) }
+        }
+        return try await body(controller)
+    }
 
     /// Every session in memory, with its client count, ordered by id (the operator's view).
     func listing() async -> [SessionState] {
@@ -130,9 +145,12 @@ actor SessionDirectory {
     func releaseStale(idleFor: Duration) async {
         let cutoff = ContinuousClock.now - idleFor
         for (id, controller) in controllers {
-            guard store.subscriberCount(id) == 0, await controller.isIdle, await controller.lastActive < cutoff,
-                (store.lastSeen(id) ?? cutoff) <= cutoff
+            guard pins[id] == nil, store.subscriberCount(id) == 0, await controller.isIdle,
+                await controller.lastActive < cutoff, (store.lastSeen(id) ?? cutoff) <= cutoff
             else { continue }
+            // The awaits above let others in: a client may have joined or a command started.
+            // Checked again with no suspension before the removal.
+            guard pins[id] == nil, controllers[id] === controller, store.subscriberCount(id) == 0 else { continue }
             controllers.removeValue(forKey: id)
             browserSessions.remove(id)
             store.release(id)
