@@ -47,9 +47,11 @@ let package = Package(
         .target(
             name: "AudioEngine",
             dependencies: [
-                "WireProtocol", "COpus", "CFFmpeg",
+                "WireProtocol", "ServiceSupport", "COpus", "CFFmpeg",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),

@@ -151,7 +151,7 @@ final class TickFixture: @unchecked Sendable {
         configuration.maxSessions = sessions
         let manager = SessionManager(
             resolver: SourceResolver(
-                library: MediaLibrary(directory: directory.path), policy: NetworkPolicy(), ytdlp: YTDLP()),
+                library: MediaLibrary(directory: directory.path), network: try SourceNetwork(policy: NetworkPolicy()), ytdlp: YTDLP()),
             configuration: configuration, workers: workers, logger: Logger(label: "bench"))
         for index in 0..<sessions {
             _ = try manager.play(sessionID: try SessionID("s\(index)"), url: "tone.webm")

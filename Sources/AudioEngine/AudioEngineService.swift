@@ -15,7 +15,7 @@ package enum AudioEngineService {
         openers.start()
         let resolver = SourceResolver(
             library: MediaLibrary(directory: configuration.mediaDirectory),
-            policy: NetworkPolicy(allowPrivateSources: configuration.allowPrivateSources),
+            network: try SourceNetwork(policy: configuration.sourcePolicy, extraAuthorities: configuration.sourceAuthorities),
             ytdlp: YTDLP(executable: configuration.ytdlpPath, limits: configuration.resolveLimits))
         let metrics = EngineMetrics.prometheus()
         let manager = SessionManager(

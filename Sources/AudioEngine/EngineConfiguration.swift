@@ -1,6 +1,7 @@
 // Every setting of the engine, with its default, read from TONEARM_* environment variables in
 // `main` only (flags override them); tests construct it directly.
 import Foundation
+import ServiceSupport
 
 /// The engine's settings.
 package struct EngineConfiguration: Sendable {
@@ -18,6 +19,10 @@ package struct EngineConfiguration: Sendable {
     var openerThreads = 4
     /// Allow http(s) sources on loopback, private and link-local addresses (tests, local development).
     package var allowPrivateSources = false
+    /// Networks allowed as sources besides the public ones (a NAS on the LAN).
+    var allowedSourceNetworks: [IPNetwork] = []
+    /// A PEM file of authorities trusted for https sources besides the system's.
+    var sourceAuthorities: String?
     /// The yt-dlp executable (a name on PATH or a path).
     var ytdlpPath = "yt-dlp"
     /// yt-dlp processes (and sources opened to describe them) at once, and how many more may wait.
@@ -26,6 +31,11 @@ package struct EngineConfiguration: Sendable {
     var searchPrefix = "ytsearch"
 
     init() {}
+
+    /// The policy sources are fetched under.
+    var sourcePolicy: NetworkPolicy {
+        NetworkPolicy(allowPrivateSources: allowPrivateSources, allowedNetworks: allowedSourceNetworks)
+    }
 
     /// Defaults overridden by whatever `environment` sets.
     package init(environment: [String: String]) throws {
@@ -51,6 +61,14 @@ package struct EngineConfiguration: Sendable {
         if let value = environment["TONEARM_ALLOW_PRIVATE_SOURCES"] {
             allowPrivateSources = try Self.bool(value, "TONEARM_ALLOW_PRIVATE_SOURCES")
         }
+        if let value = environment["TONEARM_ALLOWED_SOURCE_NETWORKS"] {
+            do {
+                allowedSourceNetworks = try IPNetwork.list(value, setting: "TONEARM_ALLOWED_SOURCE_NETWORKS")
+            } catch {
+                throw ConfigurationError(message: error.message)
+            }
+        }
+        if let value = environment["TONEARM_SOURCE_CA_FILE"], !value.isEmpty { sourceAuthorities = value }
         if let value = environment["TONEARM_YTDLP"] { ytdlpPath = value }
         if let value = environment["TONEARM_SEARCH_PREFIX"] { searchPrefix = value }
         if let value = environment["TONEARM_RESOLVE_CONCURRENCY"] {

@@ -20,7 +20,7 @@ import WireProtocol
         workers.start()
         let logger = Logger(label: "test")
         let resolver = SourceResolver(
-            library: MediaLibrary(directory: directory.path), policy: NetworkPolicy(), ytdlp: YTDLP())
+            library: MediaLibrary(directory: directory.path), network: try SourceNetwork(policy: NetworkPolicy()), ytdlp: YTDLP())
         var configuration = PlaybackConfiguration()
         configuration.maxSessions = maxSessions
         let manager = SessionManager(resolver: resolver, configuration: configuration, workers: workers, logger: logger)

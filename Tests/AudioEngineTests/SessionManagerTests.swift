@@ -22,7 +22,7 @@ final class TickDriver {
         workers.start()
         manager = SessionManager(
             resolver: SourceResolver(
-                library: MediaLibrary(directory: directory.path), policy: NetworkPolicy(), ytdlp: YTDLP()),
+                library: MediaLibrary(directory: directory.path), network: try SourceNetwork(policy: NetworkPolicy()), ytdlp: YTDLP()),
             configuration: PlaybackConfiguration(), workers: workers, logger: Logger(label: "test"))
     }
 

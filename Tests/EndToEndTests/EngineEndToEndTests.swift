@@ -103,9 +103,9 @@ func milliseconds(_ duration: Duration) -> Double {
             "-f", "lavfi", "-i", "aevalsrc=\(wave)|\(wave):s=48000:d=12", "-c:a", "libopus", "-b:a", "128k",
             "-frame_duration", "20", file,
         ])
-        let source = try MediaDecoder(url: file)
+        let source = try MediaDecoder(path: file)
         var sourcePackets: [[UInt8]] = []
-        while let packet = try source.readPacket() { sourcePackets.append(packet.data) }
+        while case .value(let packet) = try source.readPacket() { sourcePackets.append(packet.data) }
         #expect(sourcePackets.count >= 595)
 
         let socket = try await harness.start()

@@ -161,14 +161,16 @@ final class SocketRecorder: Sendable {
 final class MediaServer: @unchecked Sendable {
     // @unchecked: Process is only started and terminated.
     let port: Int
+    let address: String
     private let process: Process
 
-    init(root: String, arguments: [String] = []) throws {
+    init(root: String, address: String = "127.0.0.1", arguments: [String] = []) throws {
+        self.address = address
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("Fixtures/media_server.py").path
         process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", script, "--root", root] + arguments
+        process.arguments = ["python3", script, "--root", root, "--bind", address] + arguments
         let output = Pipe()
         process.standardOutput = output
         try process.run()
@@ -180,7 +182,12 @@ final class MediaServer: @unchecked Sendable {
         self.port = port
     }
 
-    func url(_ name: String) -> String { "http://127.0.0.1:\(port)/\(name)" }
+    func url(_ name: String) -> String { "http://\(address):\(port)/\(name)" }
+
+    /// The paths it was asked for so far, one line each (with the Range header or `redirected`).
+    func requests() async throws -> [String] {
+        try await HTTPClientText.get(url("requests")).split(separator: "\n").map(String.init)
+    }
 
     /// SIGKILL: it holds no state worth a graceful exit, and it may have been started with
     /// SIGTERM blocked by the thread that spawned it.

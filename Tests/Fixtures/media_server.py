@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """A local HTTP media server for Tonearm's tests: serves a directory with Range support, and can
 misbehave on purpose, once each: stall for a while at a byte offset, or drop the connection at
-another. It can also pace its output to a multiple of real time. Prints the port it bound."""
+another. It can also pace its output to a multiple of real time, listen on another loopback
+address (--bind 127.0.0.2) and redirect paths elsewhere. Prints the port it bound; GET /requests
+lists what it was asked for."""
 import argparse
 import http.server
 import os
@@ -17,6 +19,9 @@ parser.add_argument("--stall-at", type=int, default=-1, help="byte offset at whi
 parser.add_argument("--stall-seconds", type=float, default=2.0)
 parser.add_argument("--drop-at", type=int, default=-1, help="byte offset at which to close the connection once")
 parser.add_argument("--rate", type=int, default=0, help="bytes per second to send (0: unlimited)")
+parser.add_argument("--bind", default="127.0.0.1", help="the address to listen on (127.0.0.2 is loopback too)")
+parser.add_argument("--redirect", action="append", default=[], metavar="PATH=URL",
+                    help="answer GET PATH with 302 to URL (repeatable)")
 args = parser.parse_args()
 # A parent may have started us with every signal blocked (threads of Swift's runtime block them).
 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
@@ -33,6 +38,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):
         path = os.path.join(args.root, self.path.split("?")[0].lstrip("/"))
+        for rule in args.redirect:
+            source, _, target = rule.partition("=")
+            if self.path.split("?")[0] == source:
+                with lock:
+                    state["requests"].append(f"{self.path} redirected")
+                self.send_response(302)
+                self.send_header("Location", target)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
         if self.path.startswith("/requests"):
             body = "\n".join(state["requests"]).encode()
             self.send_response(200)
@@ -105,6 +120,6 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
 
 
-server = Server(("127.0.0.1", 0), Handler)
+server = Server((args.bind, 0), Handler)
 print(server.server_address[1], flush=True)
 server.serve_forever()

@@ -161,28 +161,30 @@ struct ControlAPI: Sendable {
     private func resolve(_ url: String) async throws -> YTDLP.Resolution {
         switch try resolver.plan(url) {
         case .page(let page):
+            try await resolver.checkPage(page)
             return try await resolver.ytdlp.resolve(page)
         case .ready(let source):
-            let decoder: MediaDecoder
-            do {
-                // Opening costs a thread (and a connection): through the same gate as yt-dlp.
-                let gate = resolver.ytdlp.gate
-                try await gate.acquire()
-                let opened: Result<MediaDecoder, any Error>
-                do {
-                    opened = .success(
-                        try await Self.offloaded { try MediaDecoder(url: source.location, options: source.protocolOptions) })
-                } catch {
-                    opened = .failure(error)
-                }
-                await gate.release()
-                decoder = try opened.get()
-            } catch let error as MediaError {
-                throw ControlError.unplayable(error)
+            // Opening costs a thread (and a connection): through the same gate as yt-dlp.
+            let info = try await resolver.ytdlp.gate.run { [network = resolver.network] in
+                try await Self.offloaded { try Self.describe(source, network: network) }
             }
             return YTDLP.Resolution(
-                url: url, title: decoder.info.title ?? source.displayName, durationMS: decoder.info.durationMS,
-                thumbnail: nil, isLive: decoder.info.durationMS == nil, isPlaylist: false, entries: [])
+                url: url, title: info.title ?? source.displayName, durationMS: info.durationMS,
+                thumbnail: nil, isLive: info.durationMS == nil, isPlaylist: false, entries: [])
+        }
+    }
+
+    /// Opens `source` far enough to say what it holds (blocks: call it off the cooperative pool).
+    private static func describe(_ source: ResolvedSource, network: SourceNetwork) throws -> MediaInfo {
+        do {
+            guard source.isNetwork else { return try MediaDemuxer(path: source.location).info }
+            var settings = ReadAheadInput.Configuration()
+            settings.headers = source.headers
+            let thread = SourceDemuxThread(url: source.location, network: network, configuration: settings)
+            defer { thread.close() }
+            return try thread.waitUntilOpen().info
+        } catch {
+            throw ControlError.unplayable(error)
         }
     }
 

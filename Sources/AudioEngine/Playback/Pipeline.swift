@@ -6,9 +6,16 @@ import Foundation
 
 /// The per-play chain: demux/decode (FFmpeg) → gain → encode (libopus), or passthrough.
 final class Pipeline {
-    let info: MediaInfo
-    private let decoder: MediaDecoder
-    private let input: ReadAheadInput?
+    /// A network source opens on its demux thread; until then there is no decoder.
+    private enum Stage {
+        case opening(SourceDemuxThread)
+        case ready(MediaDecoder)
+    }
+    private var stage: Stage
+    private let demuxThread: SourceDemuxThread?
+    /// What the source holds, once it is open.
+    private(set) var info: MediaInfo?
+    private let startMS: Int64
     /// Created at the first frame that needs encoding: a passthrough play never pays for one.
     private var encoder: OpusEncoder?
     private let encoderConfiguration: OpusEncoderConfiguration
@@ -17,7 +24,7 @@ final class Pipeline {
     private var gain: Float = 1
 
     // Opus sources: the libopus decoder used while transcoding, and its pending samples.
-    private let opusSource: Bool
+    private var opusSource = false
     private var opusDecoder: OpusDecoder?
     private var opusFIFO: [Float] = []
     private var previousPacket: [UInt8]?
@@ -32,54 +39,95 @@ final class Pipeline {
     private var invalidInARow = 0
     static let invalidPacketsLimit = 50
 
+    /// Opens a file at once (and seeks to `startMS`); a network source starts opening on a thread
+    /// of its own, and `open()` says when it is ready.
     init(
         source: ResolvedSource, encoder configuration: OpusEncoderConfiguration, startMS: Int64 = 0,
-        metrics: EngineMetrics? = nil
+        metrics: EngineMetrics? = nil, network: SourceNetwork? = nil
     ) throws {
         encodeTime = metrics?.encodeTime
         packetsSkipped = metrics?.sourcePacketsSkipped
-        var input: ReadAheadInput?
-        do {
-            if source.isNetwork {
-                var settings = ReadAheadInput.Configuration()
-                settings.options = source.protocolOptions
-                let reconnects = metrics?.sourceReconnects
-                settings.onReconnect = { reconnects?.increment() }
-                input = try ReadAheadInput(url: source.location, configuration: settings)
+        encoderConfiguration = configuration
+        self.startMS = startMS
+        if source.isNetwork {
+            guard let network else {
+                throw ControlError.unplayable(MediaError(kind: .openFailed, message: "network sources are not enabled"))
             }
-            decoder = try MediaDecoder(url: source.location, io: input)
-        } catch let error as MediaError {
-            input?.close()
+            var settings = ReadAheadInput.Configuration()
+            settings.headers = source.headers
+            let reconnects = metrics?.sourceReconnects
+            settings.onReconnect = { reconnects?.increment() }
+            let thread = SourceDemuxThread(url: source.location, network: network, configuration: settings)
+            demuxThread = thread
+            stage = .opening(thread)
+            return
+        }
+        demuxThread = nil
+        let decoder: MediaDecoder
+        do {
+            decoder = try MediaDecoder(path: source.location)
+        } catch {
             throw ControlError.unplayable(error)
         }
-        self.input = input
+        stage = .ready(decoder)
+        try start(decoder)
+    }
+
+    deinit { demuxThread?.close() }
+
+    /// The source's description once it is open (seeked to `startMS`); nil while a network
+    /// source is still opening. Throws if it could not be opened.
+    func open() throws -> MediaInfo? {
+        guard case .opening(let thread) = stage else { return info }
+        switch thread.openResult {
+        case nil:
+            return nil
+        case .failure(let error):
+            throw ControlError.unplayable(error)
+        case .success(let opened):
+            let decoder: MediaDecoder
+            do {
+                decoder = try MediaDecoder(info: opened.info, stream: opened.stream, source: thread)
+            } catch {
+                throw ControlError.unplayable(error)
+            }
+            stage = .ready(decoder)
+            try start(decoder)
+            return info
+        }
+    }
+
+    private func start(_ decoder: MediaDecoder) throws {
         info = decoder.info
-        opusSource = info.isOpusStereo48k
-        encoderConfiguration = configuration
+        opusSource = decoder.info.isOpusStereo48k
         if startMS > 0 { try seek(toMS: startMS) }
     }
 
-    deinit { input?.close() }
+    var readAhead: ReadAheadInput.Stats? { demuxThread?.readAhead }
 
-    var readAhead: ReadAheadInput.Stats? { input?.currentStats }
-
-    /// The next 20 ms Opus packet at `volume` percent, or nil at the end of the source.
-    func nextPacket(volume: Int) throws -> [UInt8]? {
+    /// The next 20 ms Opus packet at `volume` percent.
+    func nextPacket(volume: Int) throws -> Next<[UInt8]> {
+        guard case .ready(let decoder) = stage else { return .pending }
         let target = Float(volume) / 100
         do {
             if opusSource {
-                return try nextFromOpusSource(target: target)
+                return try nextFromOpusSource(decoder, target: target)
             }
-            guard try decoder.readFrame(into: &pcm) else { return nil }
+            switch try decoder.readFrame(into: &pcm) {
+            case .end: return .end
+            case .pending: return .pending
+            case .value: break
+            }
         } catch let error as MediaError {
             throw ControlError.unplayable(error)
         }
         passthrough = false
-        return try encodeFrame(target: target)
+        return .value(try encodeFrame(target: target))
     }
 
     /// Moves to `positionMS`; the next packet is the frame that starts there.
     func seek(toMS positionMS: Int64) throws {
+        guard case .ready(let decoder) = stage else { return }
         do {
             try decoder.seek(toMS: positionMS)
         } catch {
@@ -91,43 +139,55 @@ final class Pipeline {
         skipPacketsBeforeMS = opusSource ? positionMS : nil
     }
 
-    private func nextFromOpusSource(target: Float) throws -> [UInt8]? {
+    private func nextFromOpusSource(_ decoder: MediaDecoder, target: Float) throws -> Next<[UInt8]> {
         while true {
             if target == 1 && gain == 1 && opusFIFO.isEmpty {
-                guard let packet = try nextSourcePacket() else { return nil }
+                let packet: CompressedPacket
+                switch try nextSourcePacket(decoder) {
+                case .end: return .end
+                case .pending: return .pending
+                case .value(let next): packet = next
+                }
                 if OpusPacket.isSingle20msFrame(packet.data) {
                     opusDecoder = nil
                     passthrough = true
                     previousPacket = packet.data
-                    return packet.data
+                    return .value(packet.data)
                 }
                 try decodeIntoFIFO(packet.data)
             }
             if opusFIFO.count >= OpusEncoder.frameFloats {
                 pcm.withUnsafeMutableBufferPointer { out in
-                    opusFIFO.withUnsafeBufferPointer { out.baseAddress!.update(from: $0.baseAddress!, count: out.count) }
+                    opusFIFO.withUnsafeBufferPointer { source in
+                        guard let to = out.baseAddress, let from = source.baseAddress else { return }
+                        to.update(from: from, count: out.count)
+                    }
                 }
                 opusFIFO.removeFirst(OpusEncoder.frameFloats)
                 passthrough = false
-                return try encodeFrame(target: target)
+                return .value(try encodeFrame(target: target))
             }
-            guard let packet = try nextSourcePacket() else {
-                guard !opusFIFO.isEmpty else { return nil }
+            switch try nextSourcePacket(decoder) {
+            case .pending:
+                return .pending
+            case .end:
+                guard !opusFIFO.isEmpty else { return .end }
                 // The final partial frame, padded with silence.
                 opusFIFO.append(contentsOf: repeatElement(0, count: OpusEncoder.frameFloats - opusFIFO.count))
-                continue
+            case .value(let packet):
+                try decodeIntoFIFO(packet.data)
             }
-            try decodeIntoFIFO(packet.data)
         }
     }
 
-    private func nextSourcePacket() throws(MediaError) -> CompressedPacket? {
-        while let packet = try decoder.readPacket() {
+    private func nextSourcePacket(_ decoder: MediaDecoder) throws(MediaError) -> Next<CompressedPacket> {
+        while true {
+            let next = try decoder.readPacket()
+            guard case .value(let packet) = next else { return next }
             if let skip = skipPacketsBeforeMS, let at = packet.positionMS, at + 10 < skip { continue }
             skipPacketsBeforeMS = nil
-            return packet
+            return next
         }
-        return nil
     }
 
     /// Decodes a source packet into the FIFO. A packet libopus refuses (corrupt, or larger than

@@ -54,6 +54,8 @@ final class Playback: @unchecked Sendable {
 
     /// Owned by the worker holding the fill token.
     private var pipeline: Pipeline?
+    /// `.opened` has been queued (once per play, not again after a reopen).
+    private var announced = false
 
     init(sessionID: SessionID, playID: UInt64, url: String, startMS: Int64, volume: Int, source: ResolvedSource?) {
         self.sessionID = sessionID
@@ -133,8 +135,10 @@ final class Playback: @unchecked Sendable {
     }
 
     /// Worker side: opens the pipeline if needed, carries out a pending seek, and encodes frames
-    /// until `lead` are buffered. Must be called holding the fill token; releases it.
-    func fill(lead: Int, encoder configuration: OpusEncoderConfiguration, metrics: EngineMetrics) {
+    /// until `lead` are buffered. Must be called holding the fill token; releases it. Never
+    /// waits for the network: a network source that is still opening, or whose next packet has
+    /// not arrived, leaves the outbox as it is until the next tick.
+    func fill(lead: Int, encoder configuration: OpusEncoderConfiguration, metrics: EngineMetrics, network: SourceNetwork?) {
         defer {
             // A cancelled play closes its source here, on a worker thread, never on the pacer's.
             if outbox.withLock({ $0.cancelled }) { pipeline = nil }
@@ -143,7 +147,8 @@ final class Playback: @unchecked Sendable {
         if let (source, position) = outbox.withLock({ box in box.pendingReopenMS.flatMap { p in box.source.map { ($0, p) } } }) {
             pipeline = nil
             do {
-                pipeline = try Pipeline(source: source, encoder: configuration, startMS: position, metrics: metrics)
+                pipeline = try Pipeline(
+                    source: source, encoder: configuration, startMS: position, metrics: metrics, network: network)
                 outbox.withLock { $0.pendingReopenMS = nil }
             } catch {
                 push(.end(.error, ControlError.wrap(error)), frames: 0, generation: nil)
@@ -153,18 +158,24 @@ final class Playback: @unchecked Sendable {
         if pipeline == nil {
             guard let source = outbox.withLock({ $0.source }) else { return }
             do {
-                let opened = try Pipeline(source: source, encoder: configuration, startMS: startMS, metrics: metrics)
-                pipeline = opened
-                let volume = outbox.withLock { $0.volume }
-                push(
-                    .opened(opened.info, passthrough: opened.info.isOpusStereo48k && volume == 100), frames: 0,
-                    generation: nil)
+                pipeline = try Pipeline(source: source, encoder: configuration, startMS: startMS, metrics: metrics, network: network)
             } catch {
                 push(.end(.error, ControlError.wrap(error)), frames: 0, generation: nil)
                 return
             }
         }
         guard let pipeline else { return }
+        do {
+            guard let info = try pipeline.open() else { return }  // still opening
+            if !announced {
+                announced = true
+                let volume = outbox.withLock { $0.volume }
+                push(.opened(info, passthrough: info.isOpusStereo48k && volume == 100), frames: 0, generation: nil)
+            }
+        } catch {
+            push(.end(.error, ControlError.wrap(error)), frames: 0, generation: nil)
+            return
+        }
         while true {
             let (buffered, stop, seek, volume, generation) = outbox.withLock {
                 ($0.bufferedFrames, $0.cancelled, $0.pendingSeekMS, $0.volume, $0.generation)
@@ -181,16 +192,16 @@ final class Playback: @unchecked Sendable {
                 continue
             }
             if buffered >= lead { return }
-            if let readAhead = pipeline.readAhead, readAhead.buffered == 0, !readAhead.finished {
-                // The network is behind: try again next tick rather than block a worker thread.
-                return
-            }
             do {
-                guard let packet = try pipeline.nextPacket(volume: volume) else {
+                switch try pipeline.nextPacket(volume: volume) {
+                case .pending:
+                    return  // the network is behind: try again next tick
+                case .end:
                     push(.end(.finished, nil), frames: 0, generation: generation)
                     return
+                case .value(let packet):
+                    push(.frame(packet, passthrough: pipeline.passthrough), frames: 1, generation: generation)
                 }
-                push(.frame(packet, passthrough: pipeline.passthrough), frames: 1, generation: generation)
             } catch {
                 push(.end(.error, ControlError.wrap(error)), frames: 0, generation: generation)
                 return

@@ -454,11 +454,12 @@ package final class SessionManager: Sendable {
         let lead = configuration.leadFrames
         let encoder = configuration.encoder
         let metrics = metrics
+        let network = resolver.network
         let perJob = (claimed.count + Self.refillJobsPerTick - 1) / Self.refillJobsPerTick
         for start in stride(from: 0, to: claimed.count, by: perJob) {
             let job = claimed[start..<min(start + perJob, claimed.count)]
             pool.submit { _ in
-                for playback in job { playback.fill(lead: lead, encoder: encoder, metrics: metrics) }
+                for playback in job { playback.fill(lead: lead, encoder: encoder, metrics: metrics, network: network) }
             }
         }
     }

@@ -3,14 +3,14 @@
 import Foundation
 
 struct ResolvedSource: Sendable, Equatable {
-    /// What libavformat opens: a file path or an http(s) URL.
+    /// A file path, or the http(s) URL the engine fetches.
     var location: String
     /// A name to show when the source carries no title.
     var displayName: String
-    /// Read through the read-ahead buffer (network) rather than directly (file).
+    /// Fetched over HTTP(S) into a read-ahead buffer (network) rather than read directly (file).
     var isNetwork = false
-    /// FFmpeg protocol options: the HTTP headers yt-dlp asked for, timeouts.
-    var protocolOptions: [String: String] = [:]
+    /// HTTP headers to send with every request (what yt-dlp asked for: User-Agent, Referer, …).
+    var headers: [String: String] = [:]
     /// Metadata from yt-dlp, when it resolved the source.
     var metadata: TrackMetadata?
     /// When the stream URL stops working (yt-dlp's signed URLs expire).
@@ -19,13 +19,13 @@ struct ResolvedSource: Sendable, Equatable {
     var pageURL: String?
 
     init(
-        location: String, displayName: String, isNetwork: Bool = false, protocolOptions: [String: String] = [:],
+        location: String, displayName: String, isNetwork: Bool = false, headers: [String: String] = [:],
         metadata: TrackMetadata? = nil, expiresAt: Date? = nil, pageURL: String? = nil
     ) {
         self.location = location
         self.displayName = displayName
         self.isNetwork = isNetwork
-        self.protocolOptions = protocolOptions
+        self.headers = headers
         self.metadata = metadata
         self.expiresAt = expiresAt
         self.pageURL = pageURL

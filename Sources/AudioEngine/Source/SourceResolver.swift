@@ -6,13 +6,16 @@ import Synchronization
 /// Turns a play request's `url` into a `ResolvedSource`.
 package struct SourceResolver: Sendable {
     let library: MediaLibrary
-    let policy: NetworkPolicy
+    /// How network sources are fetched, and the policy they are fetched under.
+    let network: SourceNetwork
     let ytdlp: YTDLP
     let cache = ResolutionCache()
 
-    package init(library: MediaLibrary, policy: NetworkPolicy, ytdlp: YTDLP) {
+    var policy: NetworkPolicy { network.policy }
+
+    package init(library: MediaLibrary, network: SourceNetwork, ytdlp: YTDLP) {
         self.library = library
-        self.policy = policy
+        self.network = network
         self.ytdlp = ytdlp
     }
 
@@ -39,7 +42,7 @@ package struct SourceResolver: Sendable {
         guard let components = URLComponents(string: trimmed), let host = components.host, !host.isEmpty else {
             throw .badRequest("\"\(trimmed)\" is not a valid URL", code: "invalid_url")
         }
-        try policy.check(host: host)
+        try policy.checkLiteral(host: host)
         let ext = (components.path as NSString).pathExtension.lowercased()
         if Self.mediaExtensions.contains(ext) {
             return .ready(Self.network(trimmed, headers: [:], name: (components.path as NSString).lastPathComponent))
@@ -47,16 +50,18 @@ package struct SourceResolver: Sendable {
         return .page(trimmed)
     }
 
-    /// Resolves a page URL through yt-dlp (cached until the stream URL expires).
+    /// Resolves a page URL through yt-dlp (cached until the stream URL expires). The page's host
+    /// is looked up under the policy first: yt-dlp fetches it itself.
     func resolvePage(_ url: String) async throws(ControlError) -> ResolvedSource {
         let stream: YTDLP.Stream
         if let cached = cache.get(url) {
             stream = cached
         } else {
+            try await checkPage(url)
             stream = try await ytdlp.stream(url)
             cache.put(url, stream)
         }
-        if let host = URLComponents(string: stream.url)?.host { try policy.check(host: host) }
+        if let host = URLComponents(string: stream.url)?.host { try policy.checkLiteral(host: host) }
         var source = Self.network(stream.url, headers: stream.headers, name: stream.metadata.title ?? url)
         source.metadata = stream.metadata
         source.expiresAt = stream.expiresAt
@@ -64,14 +69,13 @@ package struct SourceResolver: Sendable {
         return source
     }
 
+    /// A page's host looked up under the policy before yt-dlp is asked to fetch it.
+    func checkPage(_ url: String) async throws(ControlError) {
+        if let host = URLComponents(string: url)?.host { try await policy.check(host: host) }
+    }
+
     static func network(_ url: String, headers: [String: String], name: String) -> ResolvedSource {
-        var options = ["rw_timeout": "10000000", "reconnect": "0"]
-        var extra = headers
-        if let agent = extra.removeValue(forKey: "User-Agent") { options["user_agent"] = agent }
-        if !extra.isEmpty {
-            options["headers"] = extra.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)\r\n" }.joined()
-        }
-        return ResolvedSource(location: url, displayName: name, isNetwork: true, protocolOptions: options)
+        ResolvedSource(location: url, displayName: name, isNetwork: true, headers: headers)
     }
 
     /// The lowercased scheme of a URL-like string, or nil for a plain path.

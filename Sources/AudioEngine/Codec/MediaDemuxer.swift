@@ -1,0 +1,213 @@
+// libavformat for one source: opens it (a file in the media directory, or a network source's
+// read-ahead buffer), says what it holds, and reads and seeks its audio stream. `MediaDecoder`
+// turns the packets into samples; for a network source the two run on different threads
+// (`SourceDemuxThread`), so what they share is copied out here (`AudioStream`).
+import CFFmpeg
+
+/// What the container says about a source.
+public struct MediaInfo: Sendable, Equatable {
+    public var title: String?
+    public var durationMS: Int64?
+    public var codec: String
+    public var sampleRate: Int
+    public var channels: Int
+    /// Opus at 48 kHz in stereo: its packets may go out untouched.
+    public var isOpusStereo48k: Bool
+}
+
+/// The audio stream's codec parameters and time base, owned apart from the demuxer.
+///
+/// `@unchecked Sendable`: immutable after init; the parameters are a private copy.
+final class AudioStream: @unchecked Sendable {
+    let parameters: UnsafeMutablePointer<AVCodecParameters>
+    let decoder: UnsafePointer<AVCodec>
+    let timeBase: AVRational
+    /// The stream's first timestamp (0 when unknown).
+    let startTime: Int64
+
+    fileprivate init?(_ stream: UnsafeMutablePointer<AVStream>, decoder: UnsafePointer<AVCodec>) {
+        guard let parameters = avcodec_parameters_alloc() else { return nil }
+        guard avcodec_parameters_copy(parameters, stream.pointee.codecpar) >= 0 else {
+            var p: UnsafeMutablePointer<AVCodecParameters>? = parameters
+            avcodec_parameters_free(&p)
+            return nil
+        }
+        self.parameters = parameters
+        self.decoder = decoder
+        timeBase = stream.pointee.time_base
+        startTime = stream.pointee.start_time == tonearm_av_nopts_value() ? 0 : stream.pointee.start_time
+    }
+
+    deinit {
+        var p: UnsafeMutablePointer<AVCodecParameters>? = parameters
+        avcodec_parameters_free(&p)
+    }
+
+    /// `ticks` of the stream's time base in ms, within ±`MediaTime.maxMS` (a source's timestamps
+    /// and time base can be anything; av_rescale_q answers INT64_MIN when it overflows).
+    func milliseconds(_ ticks: Int64) -> Int64 {
+        MediaTime.clamped(av_rescale_q(ticks, timeBase, AVRational(num: 1, den: 1000)))
+    }
+
+    /// The position of a packet or frame timestamp, in ms from the start; nil when unknown.
+    func positionMS(_ pts: Int64) -> Int64? {
+        pts == tonearm_av_nopts_value() ? nil : milliseconds(MediaTime.difference(pts, startTime))
+    }
+}
+
+/// What reading the next packet gave.
+enum PacketRead: Equatable {
+    case packet
+    case end
+    /// Not there yet (a network source behind): ask again later.
+    case pending
+}
+
+/// Hands out the audio stream's packets: the demuxer itself for files, a demux thread's queue
+/// for network sources.
+protocol PacketSource: AnyObject {
+    /// Fills `packet` (which the caller unrefs) with the next packet of the audio stream.
+    func next(into packet: UnsafeMutablePointer<AVPacket>) throws(MediaError) -> PacketRead
+    /// Moves to the key frame at or before `positionMS`; the packets that follow start there.
+    func seek(toMS positionMS: Int64) throws(MediaError)
+}
+
+/// One source's format context.
+final class MediaDemuxer: PacketSource {
+    let info: MediaInfo
+    let stream: AudioStream
+    private var format: UnsafeMutablePointer<AVFormatContext>?
+    private let streamIndex: Int32
+
+    /// The most channels and the highest sample rate a source may have (7.1 audio; 768 kHz).
+    static let maxChannels = 8
+    static let maxSampleRate = 768_000
+
+    /// FFmpeg logs to stderr by default; the engine reports failures itself.
+    private static let quietLogs: Void = av_log_set_level(AV_LOG_ERROR)
+
+    /// Opens a local file. What it may open besides (a playlist's entries) stays local.
+    convenience init(path: String) throws(MediaError) {
+        try self.init(opening: path, io: nil, nested: nil)
+    }
+
+    /// Opens a network source through its read-ahead buffer. `url` names it (a playlist's
+    /// relative entries are resolved against it); anything the container asks to open besides
+    /// (HLS and DASH segments and playlists) goes through `nested`, which fetches it under the
+    /// same policy.
+    convenience init(url: String, io: UnsafeMutablePointer<AVIOContext>, nested: NestedInputs) throws(MediaError) {
+        try self.init(opening: url, io: io, nested: nested)
+    }
+
+    private init(opening url: String, io: UnsafeMutablePointer<AVIOContext>?, nested: NestedInputs?) throws(MediaError) {
+        Self.quietLogs
+        guard var format = avformat_alloc_context() else { throw MediaError(kind: .openFailed, message: "out of memory") }
+        var options: OpaquePointer?
+        if let io {
+            format.pointee.pb = io
+            // Seek by the container's index or an estimate, not by reading every byte up to the
+            // target (FFmpeg's exact mp3 seek does that: at network speed, seconds of silence).
+            format.pointee.flags |= AVFMT_FLAG_FAST_SEEK
+            if let nested { nested.install(in: format) }
+            // Nothing may be opened behind the policy's back: every URL goes through `nested`.
+            av_dict_set(&options, "protocol_whitelist", "tonearm-none", 0)
+            // The HLS demuxer would reuse connections through FFmpeg's own HTTP client, which
+            // `nested` inputs are not (it asserts, and the process aborts): one request each.
+            av_dict_set(&options, "http_persistent", "0", 0)
+            av_dict_set(&options, "http_multiple", "0", 0)
+        } else {
+            av_dict_set(&options, "protocol_whitelist", "file", 0)
+        }
+        var opening: UnsafeMutablePointer<AVFormatContext>? = format
+        var status = avformat_open_input(&opening, url, nil, &options)
+        av_dict_free(&options)
+        // On failure avformat_open_input frees the context (not a custom pb).
+        guard status >= 0, let opened = opening else { throw .ffmpeg(.openFailed, "cannot open the source", status) }
+        format = opened
+        if Self.onlyOpusAudio(format) {
+            // Opus from Matroska/WebM or Ogg comes one whole packet per read; FFmpeg's parser would
+            // only copy each packet again (profiled: a third of a passthrough session's cost).
+            format.pointee.flags |= AVFMT_FLAG_NOPARSE | AVFMT_FLAG_NOFILLIN
+        }
+        // Until every property is set, deinit does not run: a refusal closes the format itself.
+        func refuse(_ error: MediaError) -> MediaError {
+            var closing: UnsafeMutablePointer<AVFormatContext>? = format
+            avformat_close_input(&closing)
+            return error
+        }
+        status = avformat_find_stream_info(format, nil)
+        guard status >= 0 else { throw refuse(.ffmpeg(.openFailed, "cannot read the source's stream parameters", status)) }
+        var decoder: UnsafePointer<AVCodec>?
+        let index = av_find_best_stream(format, AVMEDIA_TYPE_AUDIO, -1, -1, &decoder, 0)
+        guard index >= 0, let decoder, let found = format.pointee.streams[Int(index)],
+            let audio = AudioStream(found, decoder: decoder)
+        else { throw refuse(MediaError(kind: .noAudio, message: "the source has no audio stream that can be decoded")) }
+        self.format = format
+        streamIndex = index
+        stream = audio
+        // Only the chosen stream is demuxed; the rest (video, cover art) is skipped cheaply.
+        for i in 0..<Int(format.pointee.nb_streams) where i != Int(index) {
+            format.pointee.streams[i]?.pointee.discard = AVDISCARD_ALL
+        }
+        let parameters = audio.parameters.pointee
+        let duration = format.pointee.duration
+        let channels = Int(parameters.ch_layout.nb_channels)
+        info = MediaInfo(
+            title: Self.metadata("title", format.pointee.metadata) ?? Self.metadata("title", found.pointee.metadata),
+            durationMS: duration > 0 ? MediaTime.clamped(duration / 1000) : nil,
+            codec: String(cString: avcodec_get_name(parameters.codec_id)),
+            sampleRate: Int(parameters.sample_rate),
+            channels: channels,
+            isOpusStereo48k: parameters.codec_id == AV_CODEC_ID_OPUS && parameters.sample_rate == 48_000 && channels == 2)
+        // (A throw from here on runs deinit, which closes the format.)
+        guard (0...Self.maxChannels).contains(info.channels), (0...Self.maxSampleRate).contains(info.sampleRate) else {
+            throw MediaError(
+                kind: .unsupported,
+                message: "the audio has \(info.channels) channels at \(info.sampleRate) Hz; Tonearm plays up to "
+                    + "\(Self.maxChannels) channels at up to \(Self.maxSampleRate) Hz")
+        }
+    }
+
+    deinit {
+        // A custom pb (a network source's) is not freed here: its owner frees it afterwards.
+        avformat_close_input(&format)
+    }
+
+    func next(into packet: UnsafeMutablePointer<AVPacket>) throws(MediaError) -> PacketRead {
+        guard let format else { return .end }
+        while true {
+            let read = av_read_frame(format, packet)
+            if read == tonearm_averror_eof() { return .end }
+            guard read >= 0 else { throw .ffmpeg(.readFailed, "reading the source failed", read) }
+            if packet.pointee.stream_index == streamIndex && packet.pointee.size > 0 { return .packet }
+            av_packet_unref(packet)
+        }
+    }
+
+    func seek(toMS positionMS: Int64) throws(MediaError) {
+        guard let format else { return }
+        let target = min(max(0, positionMS), MediaTime.maxMS)
+        let timestamp = MediaTime.sum(stream.startTime, av_rescale_q(target, AVRational(num: 1, den: 1000), stream.timeBase))
+        let status = av_seek_frame(format, streamIndex, timestamp, AVSEEK_FLAG_BACKWARD)
+        guard status >= 0 else { throw .ffmpeg(.readFailed, "seeking failed", status) }
+    }
+
+    /// Whether the container's header already names every audio stream as Opus.
+    private static func onlyOpusAudio(_ format: UnsafeMutablePointer<AVFormatContext>) -> Bool {
+        var audio = 0
+        for i in 0..<Int(format.pointee.nb_streams) {
+            guard let parameters = format.pointee.streams[i]?.pointee.codecpar.pointee,
+                parameters.codec_type == AVMEDIA_TYPE_AUDIO
+            else { continue }
+            guard parameters.codec_id == AV_CODEC_ID_OPUS else { return false }
+            audio += 1
+        }
+        return audio > 0
+    }
+
+    private static func metadata(_ key: String, _ dictionary: OpaquePointer?) -> String? {
+        guard let entry = av_dict_get(dictionary, key, nil, 0), let value = entry.pointee.value else { return nil }
+        let text = String(cString: value)
+        return text.isEmpty ? nil : text
+    }
+}
