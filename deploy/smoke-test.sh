@@ -144,6 +144,12 @@ for _ in $(seq 60); do
 done
 if [ -s "$root" ]; then ok "Caddy made its authority; the client trusts only that"; https_check "Caddy" "$HTTPS_PORT" "$root"
 else fail "no root certificate from Caddy: $(compose logs --tail 20 https 2>&1)"; fi
+# The Router believes Caddy's X-Forwarded-For: it found the `https` service by name.
+proxy_found() { compose logs router 2>&1 | grep 'trusted proxies looked up' | grep -o 'addresses=\["[^]]*\]' | tail -1; }
+for _ in $(seq 30); do [ -n "$(proxy_found)" ] && break; sleep 1; done
+if [ -n "$(proxy_found)" ]; then
+  ok "the Router trusts Caddy by name: $(proxy_found)"
+else fail "the Router never found its proxy 'https': $(compose logs --tail 20 router 2>&1)"; fi
 
 step "restart the engine container"
 connects=$(router_health | python3 -c 'import json,sys; print(json.load(sys.stdin)["engine"]["connects"])')

@@ -34,7 +34,7 @@ package struct RouterConfiguration: Sendable {
     var identityPerMinute = 10
     var identityBurst = 20
     /// Proxies whose X-Forwarded-For names the client (Caddy in front, a load balancer).
-    var trustedProxies: [IPNetwork] = []
+    var trustedProxies = TrustedProxies()
     /// HTTPS: a PEM certificate chain (leaf first) and its PEM private key. Both or neither.
     package var tlsCertificatePath: String?
     package var tlsKeyPath: String?
@@ -71,11 +71,7 @@ package struct RouterConfiguration: Sendable {
             identityBurst = try Self.count(value, "TONEARM_IDENTITY_BURST", 1...100_000, "identities")
         }
         if let value = environment["TONEARM_TRUSTED_PROXIES"] {
-            do {
-                trustedProxies = try IPNetwork.list(value, setting: "TONEARM_TRUSTED_PROXIES")
-            } catch {
-                throw RouterConfigurationError(message: error.message)
-            }
+            trustedProxies = try TrustedProxies.parse(value)
         }
         if let value = environment["TONEARM_DATABASE"], !value.isEmpty { databasePath = value }
         if let value = environment["TONEARM_PING_INTERVAL"] { pingInterval = .seconds(try Self.seconds(value, "TONEARM_PING_INTERVAL")) }

@@ -49,7 +49,14 @@ package enum RouterService {
             sweepEvery: min(configuration.staleSessionTimeout / 4, .seconds(30)))
         let group = ServiceGroup(
             configuration: .init(
-                services: [.init(service: writer), .init(service: upkeep), .init(service: link), .init(service: app)],
+                services: [
+                    .init(service: writer), .init(service: upkeep), .init(service: link),
+                    // Returns at once when no names need looking up: that must not stop the Router.
+                    .init(
+                        service: TrustedProxyRefresh(proxies: configuration.trustedProxies, logger: logger),
+                        successTerminationBehavior: .ignore),
+                    .init(service: app),
+                ],
                 gracefulShutdownSignals: [.sigterm, .sigint],
                 logger: logger))
         try await group.run()

@@ -34,19 +34,40 @@ import Testing
     }
 
     @Test func forwardedForCountsOnlyFromATrustedProxy() throws {
-        let untrusted = ClientAddress(trustedProxies: [])
+        let untrusted = ClientAddress(trustedProxies: TrustedProxies())
         #expect(untrusted.of(request(forwardedFor: ["9.9.9.9"]), peer: try peer("203.0.113.5")) == "203.0.113.5")
-        let proxied = ClientAddress(trustedProxies: [try #require(IPNetwork("172.30.77.10"))])
+        let proxied = ClientAddress(trustedProxies: TrustedProxies(networks: [try #require(IPNetwork("172.30.77.10"))]))
         // The proxy appended the address it saw; what the client wrote before it is ignored.
         #expect(proxied.of(request(forwardedFor: ["1.1.1.1, 198.51.100.7"]), peer: try peer("172.30.77.10")) == "198.51.100.7")
         #expect(proxied.of(request(forwardedFor: ["1.1.1.1", "198.51.100.7"]), peer: try peer("172.30.77.10")) == "198.51.100.7")
         // A chain of trusted proxies is walked past; garbage ends the walk at the proxy itself.
-        let chain = ClientAddress(trustedProxies: [try #require(IPNetwork("172.30.77.0/24"))])
+        let chain = ClientAddress(trustedProxies: TrustedProxies(networks: [try #require(IPNetwork("172.30.77.0/24"))]))
         #expect(chain.of(request(forwardedFor: ["198.51.100.7, 172.30.77.3"]), peer: try peer("172.30.77.10")) == "198.51.100.7")
         #expect(chain.of(request(forwardedFor: ["not-an-ip"]), peer: try peer("172.30.77.10")) == "172.30.77.10")
         #expect(chain.of(request(forwardedFor: []), peer: try peer("172.30.77.10")) == "172.30.77.10")
         // The same header from a peer outside the trusted network is not believed.
         #expect(chain.of(request(forwardedFor: ["198.51.100.7"]), peer: try peer("203.0.113.5")) == "203.0.113.5")
+    }
+
+    @Test func aProxyNamedByHostIsTrustedAtTheAddressesItHasNow() async throws {
+        let proxies = try TrustedProxies.parse("10.9.0.0/16, localhost")
+        #expect(proxies.names == ["localhost"] && proxies.networks.count == 1)
+        let address = ClientAddress(trustedProxies: proxies)
+        let forwarded = request(forwardedFor: ["198.51.100.7"])
+        // Before the name is looked up, the proxy is a stranger like any other.
+        #expect(address.of(forwarded, peer: try peer("127.0.0.1")) == "127.0.0.1")
+        let found = await proxies.refresh()
+        #expect(found.contains { $0.contains("127.0.0.1") }, "\(found)")
+        #expect(address.of(forwarded, peer: try peer("127.0.0.1")) == "198.51.100.7")
+        #expect(address.of(forwarded, peer: try peer("10.9.3.4")) == "198.51.100.7")
+        #expect(address.of(forwarded, peer: try peer("10.10.3.4")) == "10.10.3.4")
+        // A name that does not resolve trusts nobody.
+        let gone = try TrustedProxies.parse("no-such-proxy.invalid")
+        #expect(await gone.refresh().isEmpty)
+        #expect(ClientAddress(trustedProxies: gone).of(forwarded, peer: try peer("127.0.0.1")) == "127.0.0.1")
+        for bad in ["https://caddy", "a..b", "-x", "caddy:443", "10.0.0.0/33"] {
+            #expect(throws: RouterConfigurationError.self, "accepted \(bad)") { try TrustedProxies.parse(bad) }
+        }
     }
 
     @Test func aBurstThenTheRateThenRefusalsWithAWait() {

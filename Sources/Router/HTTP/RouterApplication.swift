@@ -31,7 +31,7 @@ struct RouterApplication {
     let access: AccessControl
     /// Identities minted per client address (nil: no limit).
     var identityLimit: RateLimiter? = nil
-    var clientAddress = ClientAddress(trustedProxies: [])
+    var clientAddress = ClientAddress(trustedProxies: TrustedProxies())
     let startedAt = Date()
 
     func makeRouter(publicDirectory: String?) -> Hummingbird.Router<TonearmRequestContext> {

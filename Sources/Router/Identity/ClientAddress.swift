@@ -9,7 +9,7 @@ import ServiceSupport
 
 /// Finds the client address of a request.
 struct ClientAddress: Sendable {
-    let trustedProxies: [IPNetwork]
+    let trustedProxies: TrustedProxies
 
     /// The client's numeric address; "unknown" when the connection has none (a Unix socket).
     func of(_ request: Request, peer: SocketAddress?) -> String {
@@ -27,6 +27,6 @@ struct ClientAddress: Sendable {
     }
 
     private func isTrusted(_ address: String) -> Bool {
-        trustedProxies.contains { $0.contains(address) }
+        trustedProxies.contains(address)
     }
 }
