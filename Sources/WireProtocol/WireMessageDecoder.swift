@@ -7,6 +7,10 @@ public import NIOCore
 public struct WireMessageDecoder: NIOSingleStepByteToMessageDecoder {
     public typealias InboundOut = WireMessage
 
+    /// How many bytes of a pending event line are known to hold no newline, so a line arriving
+    /// in many reads is scanned once, not once per read.
+    private var scannedEventBytes = 0
+
     public init() {}
 
     public mutating func decode(buffer: inout ByteBuffer) throws -> WireMessage? {
@@ -25,13 +29,15 @@ public struct WireMessageDecoder: NIOSingleStepByteToMessageDecoder {
         try decode(buffer: &buffer)
     }
 
-    private func decodeEvent(_ buffer: inout ByteBuffer) throws(WireProtocolError) -> WireMessage? {
+    private mutating func decodeEvent(_ buffer: inout ByteBuffer) throws(WireProtocolError) -> WireMessage? {
         let view = buffer.readableBytesView
         let searchable = view.prefix(WireFormat.maxFrameLength)
-        guard let newline = searchable.firstIndex(of: UInt8(ascii: "\n")) else {
+        guard let newline = searchable.dropFirst(scannedEventBytes).firstIndex(of: UInt8(ascii: "\n")) else {
             if view.count >= WireFormat.maxFrameLength { throw .eventTooLong(view.count) }
+            scannedEventBytes = searchable.count
             return nil
         }
+        scannedEventBytes = 0
         let line = view[view.startIndex..<newline]
         let event = try WireEvent(jsonLine: line)
         buffer.moveReaderIndex(forwardBy: line.count + 1)
