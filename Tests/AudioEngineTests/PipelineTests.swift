@@ -58,6 +58,30 @@ import Testing
         #expect(abs(try dominant(sought, frames: 25) - 880) < 5)
     }
 
+    /// A stream whose channel count and sample rate change part-way (two AC-3 streams back to
+    /// back, as a radio stream switching programmes sends): the resampler follows the frames
+    /// instead of reading channels the frame does not have (found by the media fuzzer: a SEGV).
+    @Test func aStreamWhoseChannelsAndRateChangeMidwayKeepsPlaying() throws {
+        let directory = try TemporaryDirectory()
+        let first = directory.file("a.ac3"), second = directory.file("b.ac3"), joined = directory.file("joined.ac3")
+        try MediaFixture.ffmpeg(["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=32000:duration=2", "-ac", "1", first])
+        try MediaFixture.ffmpeg([
+            "-f", "lavfi", "-i", "sine=frequency=880:sample_rate=48000:duration=2", "-ac", "6", "-ar", "48000", second,
+        ])
+        try FileManager.default.createFile(
+            atPath: joined, contents: Data(contentsOf: URL(fileURLWithPath: first)) + Data(contentsOf: URL(fileURLWithPath: second)))
+        let pipeline = try Pipeline(
+            source: ResolvedSource(location: joined, displayName: "j"), encoder: OpusEncoderConfiguration())
+        let decoder = try OpusDecoder()
+        var pcm: [Float] = []
+        while case .value(let packet) = try pipeline.nextPacket(volume: 100) { pcm += try decoder.decode(packet) }
+        let left = Spectrum.left(pcm)
+        // About 4 s in all; the middle of each half carries its own tone.
+        #expect(left.count > 180_000 && left.count < 200_000, "\(left.count) samples")
+        #expect(abs(Spectrum.dominantFrequency(Array(left[24_000..<72_000])) - 440) < 5)
+        #expect(abs(Spectrum.dominantFrequency(Array(left[120_000..<168_000])) - 880) < 5)
+    }
+
     @Test func aFileWithoutAudioIsAClearError() throws {
         let directory = try TemporaryDirectory()
         let path = directory.file("text.mp3")

@@ -55,6 +55,12 @@ final class MediaDecoder {
 
     private var codec: UnsafeMutablePointer<AVCodecContext>?
     private var resampler: OpaquePointer?
+    /// The input the resampler is set up for. Decoders may change channels, rate or sample format
+    /// between frames (AC-3 and AAC streams do where a broadcast switches programmes); a frame
+    /// that differs rebuilds the resampler instead of being read with the wrong shape.
+    private var resamplerLayout = AVChannelLayout()
+    private var resamplerFormat = AV_SAMPLE_FMT_NONE
+    private var resamplerRate: Int32 = 0
     private let packet: UnsafeMutablePointer<AVPacket>
     private let frame: UnsafeMutablePointer<AVFrame>
 
@@ -106,12 +112,13 @@ final class MediaDecoder {
             av_channel_layout_default(&opened.pointee.ch_layout, max(channels, 1))
         }
         codec = opened
-        try makeResampler()
+        try makeResampler(layout: &opened.pointee.ch_layout, format: opened.pointee.sample_fmt, rate: opened.pointee.sample_rate)
         fifo.reserveCapacity(OpusEncoder.frameFloats * 4)
     }
 
     deinit {
         swr_free(&resampler)
+        av_channel_layout_uninit(&resamplerLayout)
         avcodec_free_context(&codec)
         var p: UnsafeMutablePointer<AVPacket>? = packet
         av_packet_free(&p)
@@ -168,7 +175,13 @@ final class MediaDecoder {
         try source.seek(toMS: target)
         if let codec {
             avcodec_flush_buffers(codec)
-            try makeResampler()
+            // A fresh resampler for the same input (its delay line holds audio from before the seek).
+            var layout = AVChannelLayout()
+            defer { av_channel_layout_uninit(&layout) }
+            guard av_channel_layout_copy(&layout, &resamplerLayout) >= 0 else {
+                throw MediaError(kind: .decodeFailed, message: "out of memory")
+            }
+            try makeResampler(layout: &layout, format: resamplerFormat, rate: resamplerRate)
         }
         fifo.removeAll(keepingCapacity: true)
         fifoStart = 0
@@ -190,9 +203,10 @@ final class MediaDecoder {
         }
         let received = avcodec_receive_frame(codec, frame)
         if received >= 0 {
+            defer { av_frame_unref(frame) }
+            try followFrameFormat()
             let start = stream.positionMS(frame.pointee.best_effort_timestamp).map(MediaTime.samples(ms:))
             try resample(input: frame.pointee.extended_data, count: frame.pointee.nb_samples, startSample: start)
-            av_frame_unref(frame)
             return true
         }
         if received == tonearm_averror_eof() {
@@ -235,7 +249,8 @@ final class MediaDecoder {
                 .assumingMemoryBound(to: UInt8.self)
             return withUnsafeMutablePointer(to: &out) { outPointer in
                 guard let input else { return swr_convert(resampler, outPointer, Int32(capacity), nil, 0) }
-                return input.withMemoryRebound(to: UnsafePointer<UInt8>?.self, capacity: 8) { inPointer in
+                let planes = Int(max(resamplerLayout.nb_channels, 1))
+                return input.withMemoryRebound(to: UnsafePointer<UInt8>?.self, capacity: planes) { inPointer in
                     swr_convert(resampler, outPointer, Int32(capacity), inPointer, count)
                 }
             }
@@ -255,20 +270,47 @@ final class MediaDecoder {
         }
     }
 
-    private func makeResampler() throws(MediaError) {
-        guard let codec else { return }
-        swr_free(&resampler)
+    /// Rebuilds the resampler when the decoded frame's channels, rate or sample format are not the
+    /// ones it was set up for. (The old resampler's few buffered samples are dropped: a click's
+    /// worth at a programme change, which is where this happens.)
+    private func followFrameFormat() throws(MediaError) {
+        var layout = AVChannelLayout()
+        defer { av_channel_layout_uninit(&layout) }
+        if frame.pointee.ch_layout.order == AV_CHANNEL_ORDER_UNSPEC {
+            av_channel_layout_default(&layout, max(frame.pointee.ch_layout.nb_channels, 1))
+        } else if av_channel_layout_copy(&layout, &frame.pointee.ch_layout) < 0 {
+            throw MediaError(kind: .decodeFailed, message: "the decoder gave an unreadable channel layout")
+        }
+        let format = AVSampleFormat(rawValue: frame.pointee.format)
+        guard format != resamplerFormat || frame.pointee.sample_rate != resamplerRate
+            || av_channel_layout_compare(&layout, &resamplerLayout) != 0
+        else { return }
+        try makeResampler(layout: &layout, format: format, rate: frame.pointee.sample_rate)
+    }
+
+    /// Sets up resampling from `layout`, `format` and `rate` to 48 kHz stereo floats.
+    private func makeResampler(
+        layout: UnsafeMutablePointer<AVChannelLayout>, format: AVSampleFormat, rate: Int32
+    ) throws(MediaError) {
         var swr: OpaquePointer?
         var stereo = AVChannelLayout()
         tonearm_stereo_layout(&stereo)
-        var status = swr_alloc_set_opts2(
-            &swr, &stereo, AV_SAMPLE_FMT_FLT, OpusEncoder.sampleRate,
-            &codec.pointee.ch_layout, codec.pointee.sample_fmt, codec.pointee.sample_rate, 0, nil)
+        var status = swr_alloc_set_opts2(&swr, &stereo, AV_SAMPLE_FMT_FLT, OpusEncoder.sampleRate, layout, format, rate, 0, nil)
         if status >= 0 { status = swr_init(swr) }
         guard status >= 0, swr != nil else {
             swr_free(&swr)
-            throw .ffmpeg(.openFailed, "cannot set up resampling to 48 kHz stereo", status)
+            throw .ffmpeg(.decodeFailed, "cannot resample \(rate) Hz audio to 48 kHz stereo", status)
         }
+        var kept = AVChannelLayout()
+        guard av_channel_layout_copy(&kept, layout) >= 0 else {
+            swr_free(&swr)
+            throw MediaError(kind: .decodeFailed, message: "out of memory")
+        }
+        swr_free(&resampler)
         resampler = swr
+        av_channel_layout_uninit(&resamplerLayout)
+        resamplerLayout = kept
+        resamplerFormat = format
+        resamplerRate = rate
     }
 }
