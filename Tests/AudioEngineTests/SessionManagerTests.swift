@@ -139,4 +139,24 @@ import NIOCore
         #expect(try driver.manager.pause(sessionID: id, playID: second).state == .paused)
         #expect(try driver.manager.resume(sessionID: id).state == .streaming)
     }
+
+    /// A seek drops what was encoded and waits for the worker, like a play's start: the first
+    /// deadlines after it are the seek's latency (reported as such), not late frames, so the
+    /// `nulled` count stays a measure of gaps in steady playback (the soak run holds it to zero
+    /// under constant seeking). Under steady playback a missing frame still counts.
+    @Test func aSeekIsNotCountedAsLateFrames() throws {
+        let driver = try TickDriver()
+        let id = try SessionID("s1")
+        _ = try driver.manager.play(sessionID: id, url: "tone-440.mp3")
+        try driver.tick(until: { driver.messages.count > 5 })
+        #expect(try driver.manager.info(sessionID: id).state == .streaming)
+        _ = try driver.manager.seek(sessionID: id, positionMS: 500)
+        // At once, before the worker has encoded the frame at 500 ms.
+        var batch = TickBatch()
+        driver.manager.collectTick(into: &batch, lateTicks: 0)
+        try driver.tick(10)
+        let heard = driver.messages.filter { if case .audio = $0 { true } else { false } }.count
+        #expect(heard > 10)
+        #expect(driver.manager.totals.nulled == 0, "\(driver.manager.totals)")
+    }
 }

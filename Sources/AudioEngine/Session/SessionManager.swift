@@ -76,7 +76,8 @@ package final class SessionManager: Sendable {
         /// Position of the first frame sent since the play started or last seeked.
         var positionBaseMS: Int64 = 0
         var framesSinceBase: UInt64 = 0
-        /// A frame of the current play has gone out: from then on a missing frame counts as nulled.
+        /// A frame of the current play (since its start or last seek) has gone out: from then on a
+        /// missing frame counts as nulled.
         var playStarted = false
         var counters = FrameCounters()
         var lastChange = ContinuousClock.now
@@ -245,6 +246,9 @@ package final class SessionManager: Sendable {
             session.playback?.requestSeek(toMS: target)
             session.positionBaseMS = target
             session.framesSinceBase = 0
+            // What was encoded is dropped: until the first frame at the target goes out, an empty
+            // deadline is the seek's latency, as at a play's start, not a late frame.
+            session.playStarted = false
             return WireEvent(type: .seeked, sessionID: id, playID: session.machine.playID, positionMS: target)
         }
         if let playback = state.withLock({ $0.sessions[sessionID]?.playback }) { schedule([playback], on: workers) }
