@@ -78,7 +78,7 @@ struct ClientConnections {
         defer { store.unsubscribe(id, token: token) }
         for try await message in inbound.messages(maxSize: 64 * 1024) {
             guard case .text(let text) = message else { continue }
-            send(.event(await command(text, on: controller, id: id, limited: limited, logger: logger)), to: sink)
+            send(.event(await command(text, on: controller, id: id, limited: limited)), to: sink)
         }
     }
 
@@ -101,18 +101,12 @@ struct ClientConnections {
 
     /// Runs one WebSocket command and answers its reply message.
     private func command(
-        _ text: String, on controller: SessionController, id: SessionID, limited: Bool, logger: Logger
+        _ text: String, on controller: SessionController, id: SessionID, limited: Bool
     ) async -> String {
         var reply = CommandReply(id: nil)
-        do {
+        do throws(APIError) {
             let data = Data(text.utf8)
-            let envelope: CommandEnvelope
-            do {
-                envelope = try JSONDecoder().decode(CommandEnvelope.self, from: data)
-            } catch {
-                throw APIError.badRequest(
-                    "invalid_json", "a command is a JSON object such as {\"op\":\"play\",\"url\":\"…\",\"id\":1}")
-            }
+            let envelope = try CommandParsing.envelope(data)
             reply.id = envelope.id
             if envelope.op == "state" {
                 reply.state = await controller.state
@@ -123,11 +117,8 @@ struct ClientConnections {
                 reply.state = try await controller.perform(command)
             }
             reply.ok = true
-        } catch let error as APIError {
-            reply.error = ErrorBody(code: error.code, message: error.message).error
         } catch {
-            logger.error("unexpected error in a WebSocket command", metadata: ["error": "\(error)"])
-            reply.error = ErrorBody(code: "internal", message: "something went wrong on the server; the operator's log has the details").error
+            reply.error = ErrorBody(code: error.code, message: error.message).error
         }
         return reply.json()
     }
@@ -157,12 +148,6 @@ struct ClientConnections {
                 try await writer.finish(nil)
             })
     }
-}
-
-/// A WebSocket command: `op` names it, `id` (a number or string, optional) comes back in the reply.
-private struct CommandEnvelope: Decodable {
-    var op: String
-    var id: RequestID?
 }
 
 /// A client's request id, echoed as it came.

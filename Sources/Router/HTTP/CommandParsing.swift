@@ -14,6 +14,21 @@ enum CommandParsing {
         var mode: String?
     }
 
+    /// A WebSocket command: `op` names it, `id` (a number or string, optional) comes back in the reply.
+    struct Envelope: Decodable {
+        var op: String
+        var id: RequestID?
+    }
+
+    /// The envelope of a WebSocket message; its arguments are read from the same bytes.
+    static func envelope(_ data: Data) throws(APIError) -> Envelope {
+        do {
+            return try JSONDecoder().decode(Envelope.self, from: data)
+        } catch {
+            throw .badRequest("invalid_json", "a command is a JSON object such as {\"op\":\"play\",\"url\":\"…\",\"id\":1}")
+        }
+    }
+
     /// The command `name` with its arguments.
     static func command(_ name: String, arguments json: Arguments) throws(APIError) -> SessionCommand {
         switch name {
