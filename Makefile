@@ -12,7 +12,7 @@ RUN_DIR ?= /tmp/tonearm-run
 export TONEARM_SOCKET ?= $(RUN_DIR)/engine.sock
 export TONEARM_MEDIA_DIR ?= $(DEMO_MEDIA)
 
-.PHONY: deps build build-release test run demo-media clean bench bench-smoke bench-micro deploy-test
+.PHONY: deps build build-release test run demo-media clean bench bench-smoke bench-micro deploy-test soak fuzz
 
 ## Installs the Debian packages and Python tools Tonearm needs (skipped when all are present).
 deps:
@@ -74,6 +74,19 @@ bench: deps
 	swift build -c release --product Router
 	TONEARM_BENCHMARKS=1 swift build -c release --product tonearm-listeners
 	Benchmarks/Load/tonearm-load $(BENCH_ARGS)
+
+## The soak run of docs/reliability.md: 60 sessions with churn for an hour, one engine restart
+## (not in CI). SOAK_ARGS changes it, e.g. make soak SOAK_ARGS="--soak-seconds 600".
+soak: deps
+	swift build -c release --product AudioEngine
+	swift build -c release --product Router
+	Benchmarks/Load/tonearm-load --rows soak $(SOAK_ARGS)
+
+## libFuzzer targets (Tests/Fuzz) with AddressSanitizer, FUZZ_SECONDS each (docs/reliability.md).
+## The first run builds them into .build-fuzz (about 15 minutes on two cores).
+FUZZ_SECONDS ?= 600
+fuzz: deps
+	Tests/Fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 ## Every row of the load tool at toy sizes, in about a minute (CI runs it; no thresholds).
 bench-smoke: BENCH_ARGS = --smoke

@@ -190,3 +190,21 @@ if Context.environment["TONEARM_BENCHMARKS"] != nil {
             plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
         ))
 }
+
+// libFuzzer targets (Tests/Fuzz, docs/reliability.md), only when TONEARM_FUZZ is set: `make fuzz`
+// builds them into their own scratch path with `-sanitize=fuzzer,address`, so they never reach the
+// normal build or the image. Each main hands its target to libFuzzer's driver (CFuzzDriver).
+if Context.environment["TONEARM_FUZZ"] != nil {
+    let fuzzTargets: [(String, [Target.Dependency])] = [
+        ("FuzzWire", ["WireProtocol", .product(name: "NIOCore", package: "swift-nio")]),
+        ("FuzzEvents", ["WireProtocol"]),
+        ("FuzzCommands", ["Router", "WireProtocol"]),
+        ("FuzzMedia", ["AudioEngine", "WireProtocol", "CFFmpeg"]),
+    ]
+    package.targets.append(.target(name: "CFuzzDriver", path: "Tests/Fuzz/CFuzzDriver"))
+    for (name, dependencies) in fuzzTargets {
+        package.products.append(.executable(name: name, targets: [name]))
+        package.targets.append(
+            .executableTarget(name: name, dependencies: dependencies + ["CFuzzDriver"], path: "Tests/Fuzz/\(name)", swiftSettings: swiftSettings))
+    }
+}

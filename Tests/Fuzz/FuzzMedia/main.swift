@@ -1,0 +1,44 @@
+// libFuzzer target: the engine's media path on bytes from anywhere — a user's file or a public URL.
+// The input is written to memory (/dev/shm) and opened as a session opens a file: FFmpeg probes
+// and demuxes it, and the Pipeline passes Opus through or decodes, resamples to 48 kHz stereo and
+// encodes 20 ms Opus frames (12 of them, with a seek after the fourth). Any input must end in
+// packets, the end, or an error the session reports — never a trap, a hang or a packet longer
+// than the wire carries.
+import CFFmpeg
+import Foundation
+import WireProtocol
+
+@testable import AudioEngine
+import CFuzzDriver
+
+let path = (FileManager.default.fileExists(atPath: "/dev/shm") ? "/dev/shm" : NSTemporaryDirectory())
+    + "/tonearm-fuzz-media-\(getpid())"
+
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzMedia(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
+    // FFmpeg's complaints about broken input would flood the log (the engine's first open sets
+    // its own level, so this is said again after every run).
+    defer { av_log_set_level(AV_LOG_QUIET) }
+    let bytes = UnsafeRawBufferPointer(start: start, count: count)
+    guard FileManager.default.createFile(atPath: path, contents: Data(bytes)) else { return 0 }
+    defer { unlink(path) }
+    // The last byte picks the volume and where to seek (as a user might, at any time).
+    let knob = Int(bytes.last ?? 0)
+    do {
+        // libopus is not what is searched here, and at complexity 10 it would take most of the time.
+        let pipeline = try Pipeline(
+            source: ResolvedSource(location: path, displayName: "fuzz"), encoder: OpusEncoderConfiguration(complexity: 0))
+        let limit = WireFormat.maxFrameLength - SessionID.wireLength
+        for frame in 0..<12 {
+            if frame == 4 { try pipeline.seek(toMS: Int64(knob) * 37) }
+            guard case .value(let packet) = try pipeline.nextPacket(volume: knob * 4) else { break }
+            precondition(!packet.isEmpty && packet.count <= limit, "a packet of \(packet.count) bytes")
+        }
+    } catch {
+        // A refusal (ControlError, or the encoder's OpusError): the session gets an error event.
+    }
+    return 0
+}
+
+// libFuzzer runs from here: `FuzzMedia CORPUS_DIR… [-flags]`, or with a file to replay it.
+exit(tonearm_fuzz_main(CommandLine.argc, CommandLine.unsafeArgv))
