@@ -83,7 +83,7 @@ soak: deps
 	Benchmarks/Load/tonearm-load --rows soak $(SOAK_ARGS)
 
 ## libFuzzer targets (Tests/Fuzz) with AddressSanitizer, FUZZ_SECONDS each (docs/reliability.md).
-## The first run builds them into .build-fuzz (about 15 minutes on two cores).
+## They build into .build/release beside a release build (about 2 minutes after one).
 FUZZ_SECONDS ?= 600
 fuzz: deps
 	Tests/Fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)

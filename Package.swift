@@ -191,10 +191,16 @@ if Context.environment["TONEARM_BENCHMARKS"] != nil {
         ))
 }
 
-// libFuzzer targets (Tests/Fuzz, docs/reliability.md), only when TONEARM_FUZZ is set: `make fuzz`
-// builds them into their own scratch path with `-sanitize=fuzzer,address`, so they never reach the
-// normal build or the image. Each main hands its target to libFuzzer's driver (CFuzzDriver).
+// libFuzzer targets (Tests/Fuzz, docs/reliability.md), only when TONEARM_FUZZ is set (`make fuzz`).
+// Tonearm's own modules are compiled with the fuzzer's coverage and AddressSanitizer; the
+// dependencies are built as in any release build, so the fuzz build shares `.build/release` with
+// it and recompiles only Tonearm's modules (the next normal build recompiles them back). Each
+// target's main hands it to libFuzzer's driver (CFuzzDriver).
 if Context.environment["TONEARM_FUZZ"] != nil {
+    let sanitize = ["-sanitize=fuzzer,address"]
+    for target in package.targets where ["WireProtocol", "ServiceSupport", "AudioEngine", "Router"].contains(target.name) {
+        target.swiftSettings = (target.swiftSettings ?? []) + [.unsafeFlags(sanitize + ["-enable-testing"])]
+    }
     let fuzzTargets: [(String, [Target.Dependency])] = [
         ("FuzzWire", ["WireProtocol", .product(name: "NIOCore", package: "swift-nio")]),
         ("FuzzEvents", ["WireProtocol"]),
@@ -205,6 +211,8 @@ if Context.environment["TONEARM_FUZZ"] != nil {
     for (name, dependencies) in fuzzTargets {
         package.products.append(.executable(name: name, targets: [name]))
         package.targets.append(
-            .executableTarget(name: name, dependencies: dependencies + ["CFuzzDriver"], path: "Tests/Fuzz/\(name)", swiftSettings: swiftSettings))
+            .executableTarget(
+                name: name, dependencies: dependencies + ["CFuzzDriver"], path: "Tests/Fuzz/\(name)",
+                swiftSettings: swiftSettings + [.unsafeFlags(sanitize)], linkerSettings: [.unsafeFlags(sanitize)]))
     }
 }

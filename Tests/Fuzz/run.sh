@@ -1,54 +1,55 @@
 #!/usr/bin/env bash
-# Tests/Fuzz/run.sh SECONDS [TARGET…] — builds the libFuzzer targets (with AddressSanitizer) into
-# .build-fuzz, seeds each corpus (kept in .build-fuzz/corpus between runs, so later runs start
+# Tests/Fuzz/run.sh SECONDS [TARGET…] — builds the libFuzzer targets in .build/release (Tonearm's
+# own modules with coverage and AddressSanitizer, the dependencies as in any release build; see
+# Package.swift), seeds each corpus (kept in .build-fuzz/corpus between runs, so later runs start
 # where earlier ones stopped), runs each target for SECONDS in FUZZ_JOBS processes at once (one
 # per core by default, sharing the corpus), and prints executions, corpus size and the outcome per
 # target. Exits non-zero if any target crashed; the crashing input is kept in
-# .build-fuzz/artifacts/ (replay: .build-fuzz/release/<Target> <file>); once fixed, keep it in
+# .build-fuzz/artifacts/ (replay: .build/release/<Target> <file>); once fixed, keep it in
 # Tests/Fuzz/Regressions/<Target>/ so every later run tries it first.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds=${1:-60}; shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(FuzzWire FuzzEvents FuzzCommands FuzzMedia)
-scratch=.build-fuzz
+work=.build-fuzz
 jobs=${FUZZ_JOBS:-$(nproc)}
-flags=(-c release --scratch-path "$scratch" -Xswiftc -enable-testing -Xswiftc -sanitize=fuzzer,address)
+flags=(-c release)
 for target in "${targets[@]}"; do
   echo "== building $target"
   TONEARM_FUZZ=1 swift build "${flags[@]}" --product "$target" 2>&1 | grep -E "error|warning: unre|Compiling|Build" | tail -3
 done
 bin=$(TONEARM_FUZZ=1 swift build "${flags[@]}" --show-bin-path)
-python3 Tests/Fuzz/seeds.py "$scratch/seeds"
-mkdir -p "$scratch/artifacts"
+python3 Tests/Fuzz/seeds.py "$work/seeds"
+mkdir -p "$work/artifacts"
 status=0
 summary=()
 for target in "${targets[@]}"; do
-  corpus=$scratch/corpus/$target
+  corpus=$work/corpus/$target
   mkdir -p "$corpus"
   # Inputs that once crashed a target (Tests/Fuzz/Regressions/<Target>/) are read with the seeds.
-  inputs=("$corpus" "$scratch/seeds/$target")
+  inputs=("$corpus" "$work/seeds/$target")
   [ -d "Tests/Fuzz/Regressions/$target" ] && inputs+=("Tests/Fuzz/Regressions/$target")
   # Media files need room; the wire reader's limits are all reachable from short inputs (whole
   # 64 KB frames are the unit tests' part), and short inputs run many times faster.
   case $target in FuzzMedia) max_len=65536 ;; FuzzWire) max_len=4096 ;; *) max_len=16384 ;; esac
   echo "== $target for $seconds s, $jobs process(es)"
   pids=()
-  rm -f "$scratch/$target".*.log
+  rm -f "$work/$target".*.log
   for job in $(seq "$jobs"); do
     # Leaks are not what these targets look for, and a report at exit would end the run.
     ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 "$bin/$target" "${inputs[@]}" \
       -max_total_time="$seconds" -max_len="$max_len" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
-      -artifact_prefix="$scratch/artifacts/$target-" >"$scratch/$target.$job.log" 2>&1 &
+      -artifact_prefix="$work/artifacts/$target-" >"$work/$target.$job.log" 2>&1 &
     pids+=($!)
   done
   code=0
   for pid in "${pids[@]}"; do wait "$pid" || code=$?; done
-  runs=$(cat "$scratch/$target".*.log | grep -o 'stat::number_of_executed_units: *[0-9]*' | grep -o '[0-9]*$' | awk '{ n += $1 } END { print n + 0 }')
+  runs=$(cat "$work/$target".*.log | grep -o 'stat::number_of_executed_units: *[0-9]*' | grep -o '[0-9]*$' | awk '{ n += $1 } END { print n + 0 }')
   rate=$(( ${runs:-0} / seconds ))
   units=$(ls "$corpus" | wc -l)
   if [ $code -eq 0 ]; then outcome="no crash"
-  else outcome="FAILED (exit $code; see $scratch/$target.*.log)"; status=1; tail -n 40 "$scratch/$target".*.log; fi
+  else outcome="FAILED (exit $code; see $work/$target.*.log)"; status=1; tail -n 40 "$work/$target".*.log; fi
   summary+=("$(printf '%-13s %12s executions %7s exec/s %6s corpus units  %s' "$target" "$runs" "$rate" "$units" "$outcome")")
 done
 echo; echo "== fuzz summary ($seconds s each)"; printf '%s\n' "${summary[@]}"
