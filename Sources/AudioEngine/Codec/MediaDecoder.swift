@@ -175,13 +175,10 @@ final class MediaDecoder {
         try source.seek(toMS: target)
         if let codec {
             avcodec_flush_buffers(codec)
-            // A fresh resampler for the same input (its delay line holds audio from before the seek).
-            var layout = AVChannelLayout()
-            defer { av_channel_layout_uninit(&layout) }
-            guard av_channel_layout_copy(&layout, &resamplerLayout) >= 0 else {
-                throw MediaError(kind: .decodeFailed, message: "out of memory")
-            }
-            try makeResampler(layout: &layout, format: resamplerFormat, rate: resamplerRate)
+            // swr_init on a set-up resampler empties it (its delay line holds audio from before
+            // the seek) and keeps its input and output.
+            let status = swr_init(resampler)
+            guard status >= 0 else { throw .ffmpeg(.decodeFailed, "cannot reset the resampler", status) }
         }
         fifo.removeAll(keepingCapacity: true)
         fifoStart = 0
