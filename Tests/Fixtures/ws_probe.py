@@ -7,6 +7,9 @@ only; ffmpeg decodes).
   ws_probe.py URL nopong SECONDS  read everything but never answer a ping; report the close
   ws_probe.py URL record SECONDS OUT.ogg
                                   keep the binary (Opus) messages as an Ogg Opus file; print how many
+  ws_probe.py URL churn COUNT     open COUNT connections one after another, each closed as soon as
+                                  it is upgraded (every other one with a close frame, the rest cut);
+                                  print how many were upgraded
   ws_probe.py tone FILE           print the dominant frequency (Hz) of an audio file
 
 wss:// URLs are verified against the system's authorities, or the one in SSL_CERT_FILE.
@@ -100,6 +103,17 @@ def record(url, seconds, out):
     print(len(packets))
 
 
+def churn(url, count):
+    upgraded = 0
+    for n in range(count):
+        sock, ok = connect(url)
+        upgraded += ok
+        if n % 2:
+            sock.sendall(bytes([0x88, 0x82, 0, 0, 0, 0, 0x03, 0xE8]))  # close 1000, mask of zeros
+        sock.close()
+    print(upgraded)
+
+
 def tone(path):
     pcm = subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-i", path, "-ac", "1", "-ar", "48000",
                           "-f", "s16le", "-"], check=True, capture_output=True).stdout
@@ -117,6 +131,8 @@ def main():
     url, mode, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
     if mode == "record":
         return record(url, seconds, sys.argv[4])
+    if mode == "churn":
+        return churn(url, int(seconds))
     started = time.monotonic()
     sock, upgraded = connect(url, rcvbuf=4096 if mode == "stall" else None)
     report = {"upgraded": upgraded, "close_code": None, "close_reason": None, "ended": False, "bytes": 0}
