@@ -23,6 +23,7 @@ struct ClientConnections {
     func addRoutes(to router: Hummingbird.Router<TonearmRequestContext>) {
         router.ws("/ws") { request, _ in
             _ = try access.webSocketSession(request)
+            try Self.requireUpgrade(request)
             return .upgrade([:])
         } onUpgrade: { inbound, _, context in
             let id = try access.webSocketSession(context.request)
@@ -30,6 +31,7 @@ struct ClientConnections {
         }
         router.ws("/bot") { request, _ in
             _ = try access.bot(request)
+            try Self.requireUpgrade(request)
             return .upgrade([:])
         } onUpgrade: { inbound, _, context in
             let id = try access.bot(context.request)
@@ -43,6 +45,17 @@ struct ClientConnections {
             let id = try RouterApplication.sessionID(path: String(file.dropLast(4)))
             try access.authorize(request, for: id)
             return try await listen(to: id, channel: context.channel, logger: context.logger)
+        }
+    }
+
+    /// A plain request to a WebSocket path is refused: accepted, it would set up an upgrade that
+    /// never happens, held until its connection closes (`WebSocketUpgradeSlot`), so one
+    /// keep-alive connection repeating it could grow the Router without bound.
+    static func requireUpgrade(_ request: Request) throws(APIError) {
+        guard request.headers[.upgrade]?.lowercased().contains("websocket") == true else {
+            throw APIError(
+                status: .upgradeRequired, code: "websocket_required",
+                message: "\(request.uri.path) is a WebSocket: connect with Upgrade: websocket")
         }
     }
 
