@@ -139,6 +139,7 @@ let package = Package(
             dependencies: [
                 "Router", "WireProtocol", "ServiceSupport", "TestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
             ],

@@ -37,14 +37,19 @@ final class WebSocketUpgradeSlot: Sendable {
     private let box = Mutex<WebSocketHandlerReference<TonearmRequestContext>?>(nil)
 
     func reference(releasedWhenClosing channel: any Channel) -> WebSocketHandlerReference<TonearmRequestContext> {
-        box.withLock { box in
-            if let reference = box { return reference }
+        let (reference, created) = box.withLock { box in
+            if let reference = box { return (reference, false) }
             let reference = WebSocketHandlerReference<TonearmRequestContext>()
             box = reference
-            channel.closeFuture.whenComplete { [self] _ in self.box.withLock { $0 = nil } }
-            return reference
+            return (reference, true)
         }
+        // Outside the lock: on a channel already closed, NIO may run the release right here.
+        if created { channel.closeFuture.whenComplete { [self] _ in box.withLock { $0 = nil } } }
+        return reference
     }
+
+    /// Whether a handler box is held (tests).
+    var isHolding: Bool { box.withLock { $0 != nil } }
 }
 
 /// Builds the Router's routes.
