@@ -3,26 +3,38 @@
 #   make test  installs what is missing, builds, and runs every test
 
 SHELL := /bin/bash
+# What building and running need; `make run` installs only these.
 APT_PACKAGES := pkg-config libopus-dev libavcodec-dev libavformat-dev libswresample-dev libavutil-dev libsqlite3-dev \
-                ffmpeg opus-tools python3 chromium curl openssl libnss3-tools
-PIP_PACKAGES := yt-dlp==2026.10.26 playwright==1.49.1
+                ffmpeg python3
+PIP_PACKAGES := yt-dlp==2026.10.26
+# What the tests add: opus-tools (opusinfo), Chromium and Playwright (the playground), curl, openssl
+# and certutil (the TLS tests), promtool (the metrics checks).
+TEST_APT_PACKAGES := opus-tools chromium curl openssl libnss3-tools prometheus
+TEST_PIP_PACKAGES := playwright==1.49.1
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_MEDIA ?= $(CURDIR)/demo-media
 RUN_DIR ?= /tmp/tonearm-run
 export TONEARM_SOCKET ?= $(RUN_DIR)/engine.sock
 export TONEARM_MEDIA_DIR ?= $(DEMO_MEDIA)
 
-.PHONY: deps build build-release test test-sanitizers test-tsan test-asan run demo-media clean bench bench-smoke bench-micro deploy-test soak fuzz
+.PHONY: deps deps-test install-packages build build-release test test-sanitizers test-tsan test-asan run demo-media clean bench bench-smoke bench-micro deploy-test soak fuzz
 
-## Installs the Debian packages and Python tools Tonearm needs (skipped when all are present).
+## Installs the Debian packages and Python tools Tonearm needs to build and run (skipped when all
+## are present); `deps-test` adds what the tests need.
 deps:
-	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	@$(MAKE) --no-print-directory install-packages APT="$(APT_PACKAGES)" PIP="$(PIP_PACKAGES)"
+
+deps-test: deps
+	@$(MAKE) --no-print-directory install-packages APT="$(TEST_APT_PACKAGES)" PIP="$(TEST_PIP_PACKAGES)"
+
+install-packages:
+	@missing=$$(for p in $(APT); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	python3 -m pip --version >/dev/null 2>&1 || missing="$$missing python3-pip"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing: $$missing"; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
-	@for p in $(PIP_PACKAGES); do \
+	@for p in $(PIP); do \
 		python3 -m pip show "$${p%%==*}" 2>/dev/null | grep -qx "Version: $${p##*==}" || \
 		python3 -m pip install --quiet --disable-pip-version-check --break-system-packages "$$p" 2>/dev/null || \
 		python3 -m pip install --quiet --disable-pip-version-check "$$p"; \
@@ -60,7 +72,7 @@ run: build-release demo-media
 ## Builds everything and runs every test suite. The end-to-end tests start release builds of
 ## the two executables, as a user would run them; unit tests run in the debug build. First, in a
 ## second: does Package.swift load from what the image's Dockerfile copies?
-test: deps
+test: deps-test
 	deploy/check-build-context.sh
 	swift build --build-tests
 	swift build -c release --product AudioEngine
@@ -74,7 +86,7 @@ test: deps
 UNIT_TESTS := AudioEngineTests|RouterTests|WireProtocolTests
 test-sanitizers: test-tsan test-asan
 
-test-tsan: deps
+test-tsan: deps-test
 	swift build --sanitize=thread --build-tests --scratch-path .build-tsan
 	TSAN_OPTIONS=halt_on_error=1 swift test --sanitize=thread --scratch-path .build-tsan --skip-build --no-parallel \
 		--filter '$(UNIT_TESTS)'
@@ -82,7 +94,7 @@ test-tsan: deps
 ## A memory error aborts the executable (every test using it fails) and leaves AddressSanitizer's
 ## report in .build-asan/reports, printed here. Leak reports are off: executables the tests kill
 ## cannot free what they hold.
-test-asan: deps
+test-asan: deps-test
 	swift build -c release --sanitize=address --scratch-path .build-asan --product AudioEngine
 	swift build -c release --sanitize=address --scratch-path .build-asan --product Router
 	swift build --build-tests

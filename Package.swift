@@ -42,12 +42,23 @@ let package = Package(
             dependencies: [.product(name: "NIOCore", package: "swift-nio")],
             swiftSettings: swiftSettings
         ),
-        // What both servers share beyond the wire: address ranges for their settings.
-        .target(name: "ServiceSupport", swiftSettings: swiftSettings),
+        // The engine's control API as both processes see it: the JSON bodies of its routes.
+        .target(name: "EngineAPI", dependencies: ["WireProtocol"], swiftSettings: swiftSettings),
+        // What both servers share beyond the wire: the JSON error shape and its middleware, one JSON
+        // configuration, process figures, address ranges for their settings.
+        .target(
+            name: "ServiceSupport",
+            dependencies: [
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "AudioEngine",
             dependencies: [
-                "WireProtocol", "ServiceSupport", "COpus", "CFFmpeg",
+                "WireProtocol", "EngineAPI", "ServiceSupport", "COpus", "CFFmpeg",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -73,10 +84,11 @@ let package = Package(
             path: "Sources/AudioEngine/Main",
             swiftSettings: swiftSettings
         ),
+        // The Router's code (a module name of its own: `Router` is also Hummingbird's router type).
         .target(
-            name: "Router",
+            name: "TonearmRouter",
             dependencies: [
-                "WireProtocol", "ServiceSupport",
+                "WireProtocol", "EngineAPI", "ServiceSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -90,7 +102,10 @@ let package = Package(
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
             ],
+            path: "Sources/Router",
             exclude: ["Main"],
             resources: [.copy("Resources/Public")],
             swiftSettings: swiftSettings
@@ -98,7 +113,7 @@ let package = Package(
         .executableTarget(
             name: "RouterMain",
             dependencies: [
-                "Router",
+                "TonearmRouter",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -126,7 +141,7 @@ let package = Package(
         .testTarget(
             name: "AudioEngineTests",
             dependencies: [
-                "AudioEngine", "WireProtocol", "ServiceSupport", "TestSupport",
+                "AudioEngine", "WireProtocol", "EngineAPI", "ServiceSupport", "TestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -137,7 +152,7 @@ let package = Package(
         .testTarget(
             name: "RouterTests",
             dependencies: [
-                "Router", "WireProtocol", "ServiceSupport", "TestSupport",
+                "TonearmRouter", "WireProtocol", "EngineAPI", "ServiceSupport", "TestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -182,7 +197,7 @@ if Context.environment["TONEARM_BENCHMARKS"] != nil {
         .executableTarget(
             name: "TonearmBenchmarks",
             dependencies: [
-                "WireProtocol", "AudioEngine", "Router", "TestSupport",
+                "WireProtocol", "AudioEngine", "TonearmRouter", "TestSupport",
                 .product(name: "Benchmark", package: "benchmark"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],
@@ -199,14 +214,14 @@ if Context.environment["TONEARM_BENCHMARKS"] != nil {
 // target's main hands it to libFuzzer's driver (CFuzzDriver).
 if Context.environment["TONEARM_FUZZ"] != nil {
     let sanitize = ["-sanitize=fuzzer,address"]
-    for target in package.targets where ["WireProtocol", "ServiceSupport", "AudioEngine", "Router"].contains(target.name) {
+    for target in package.targets where ["WireProtocol", "EngineAPI", "ServiceSupport", "AudioEngine", "TonearmRouter"].contains(target.name) {
         target.swiftSettings = (target.swiftSettings ?? []) + [.unsafeFlags(sanitize + ["-enable-testing"])]
     }
     let fuzzTargets: [(String, [Target.Dependency])] = [
         ("FuzzWire", ["WireProtocol", .product(name: "NIOCore", package: "swift-nio")]),
         ("FuzzEvents", ["WireProtocol"]),
-        ("FuzzCommands", ["Router", "WireProtocol"]),
-        ("FuzzMedia", ["AudioEngine", "WireProtocol", "CFFmpeg"]),
+        ("FuzzCommands", ["TonearmRouter", "WireProtocol", "ServiceSupport"]),
+        ("FuzzMedia", ["AudioEngine", "WireProtocol", "ServiceSupport", "CFFmpeg"]),
     ]
     package.targets.append(.target(name: "CFuzzDriver", path: "Tests/Fuzz/CFuzzDriver"))
     for (name, dependencies) in fuzzTargets {

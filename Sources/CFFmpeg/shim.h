@@ -15,7 +15,6 @@ static inline int tonearm_averror_eof(void) { return AVERROR_EOF; }
 static inline int tonearm_averror_invaliddata(void) { return AVERROR_INVALIDDATA; }
 static inline int tonearm_averror_eio(void) { return AVERROR(EIO); }
 static inline int64_t tonearm_av_nopts_value(void) { return AV_NOPTS_VALUE; }
-static inline int tonearm_av_time_base(void) { return AV_TIME_BASE; }
 
 /// The stereo layout the engine resamples to.
 static inline void tonearm_stereo_layout(AVChannelLayout *layout) {

@@ -13,10 +13,4 @@ static inline int tonearm_opus_set_complexity(OpusEncoder *enc, opus_int32 compl
 static inline int tonearm_opus_set_signal_music(OpusEncoder *enc) {
     return opus_encoder_ctl(enc, OPUS_SET_SIGNAL(OPUS_SIGNAL_MUSIC));
 }
-static inline int tonearm_opus_get_lookahead(OpusEncoder *enc, opus_int32 *out) {
-    return opus_encoder_ctl(enc, OPUS_GET_LOOKAHEAD(out));
-}
-static inline int tonearm_opus_decoder_set_gain(OpusDecoder *dec, opus_int32 q8db) {
-    return opus_decoder_ctl(dec, OPUS_SET_GAIN(q8db));
-}
 #endif

@@ -1,41 +1,52 @@
-// Errors the Router's callers see: `{"error":{"code","message"}}` with the right status.
-import Foundation
-import Hummingbird
+// The errors callers of either server see: an HTTP status, a stable code, and a message that says
+// what was wrong and what is accepted, rendered as `{"error":{"code","message"}}`.
+public import Foundation
+public import Hummingbird
 import Logging
-import NIOCore
-import WireProtocol
+public import NIOCore
 
 /// A refused request.
-struct APIError: Error, HTTPResponseError, CustomStringConvertible {
-    let status: HTTPResponse.Status
-    let code: String
-    let message: String
+public struct APIError: Error, HTTPResponseError, CustomStringConvertible {
+    public let status: HTTPResponse.Status
+    public let code: String
+    public let message: String
     /// Seconds after which the same request may succeed (a `Retry-After` header), for limits.
-    var retryAfterSeconds: Int?
+    public var retryAfterSeconds: Int?
 
-    init(status: HTTPResponse.Status, code: String, message: String, retryAfterSeconds: Int? = nil) {
+    public init(status: HTTPResponse.Status, code: String, message: String, retryAfterSeconds: Int? = nil) {
         self.status = status
         self.code = code
         self.message = message
         self.retryAfterSeconds = retryAfterSeconds
     }
 
-    var description: String { "\(code): \(message)" }
+    public var description: String { "\(code): \(message)" }
 
-    func response(from request: Request, context: some RequestContext) throws -> Response {
+    public func response(from request: Request, context: some RequestContext) throws -> Response {
         var response = Response.json(status: status, ErrorBody(code: code, message: message).jsonData())
         if let retryAfterSeconds { response.headers[.retryAfter] = String(retryAfterSeconds) }
         return response
     }
 
-    static func badRequest(_ code: String, _ message: String) -> APIError {
+    /// 400: the request itself is wrong.
+    public static func badRequest(_ code: String, _ message: String) -> APIError {
         APIError(status: .badRequest, code: code, message: message)
     }
+
+    /// 422: the request is well formed but what it names cannot be done.
+    public static func unprocessable(_ code: String, _ message: String) -> APIError {
+        APIError(status: .unprocessableContent, code: code, message: message)
+    }
+
+    /// 500 for a failure no one anticipated: the details are for the operator's log only.
+    public static let internalError = APIError(
+        status: .internalServerError, code: "internal",
+        message: "something went wrong on the server; the operator's log has the details")
 }
 
 extension Response {
     /// A JSON response with the given bytes.
-    static func json(status: HTTPResponse.Status, _ data: some Sequence<UInt8>) -> Response {
+    public static func json(status: HTTPResponse.Status, _ data: some Sequence<UInt8>) -> Response {
         var headers = HTTPFields()
         headers[.contentType] = "application/json; charset=utf-8"
         return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: data)))
@@ -43,8 +54,10 @@ extension Response {
 }
 
 /// Turns every error into the JSON error shape, whatever threw it.
-struct APIErrorMiddleware<Context: RequestContext>: RouterMiddleware {
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response)
+public struct APIErrorMiddleware<Context: RequestContext>: RouterMiddleware {
+    public init() {}
+
+    public func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response)
         async throws -> Response
     {
         do {
@@ -58,9 +71,7 @@ struct APIErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         } catch {
             // The details go to the log, not to whoever sent the request.
             context.logger.error("unexpected error", metadata: ["error": "\(error)", "path": "\(request.uri.path)"])
-            throw APIError(
-                status: .internalServerError, code: "internal",
-                message: "something went wrong on the server; the operator's log has the details")
+            throw APIError.internalError
         }
     }
 }

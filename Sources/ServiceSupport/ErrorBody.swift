@@ -17,14 +17,8 @@ public struct ErrorBody: Codable, Sendable, Equatable, Error {
     public var code: String { error.code }
     public var message: String { error.message }
 
-    private static let encoder: JSONEncoder = {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.withoutEscapingSlashes, .sortedKeys]
-        return encoder
-    }()
-
     /// The encoded JSON object.
     public func jsonData() -> Data {
-        (try? Self.encoder.encode(self)) ?? Data(#"{"error":{"code":"internal","message":"unencodable error"}}"#.utf8)
+        (try? JSONCoding.encoder.encode(self)) ?? Data(#"{"error":{"code":"internal","message":"unencodable error"}}"#.utf8)
     }
 }

@@ -7,6 +7,4 @@ public enum WireFormat {
     public static let maxFrameLength = 65_535
     /// Smallest audio packet length: the 24 id bytes and one payload byte.
     public static let minPacketLength = SessionID.wireLength + 1
-    /// Bytes in front of the payload: the u32 length and the padded id.
-    public static let packetHeaderLength = 4 + SessionID.wireLength
 }

@@ -1,9 +1,11 @@
+import EngineAPI
 import Foundation
 import Hummingbird
 import HummingbirdTesting
 import Logging
 import NIOCore
 import NIOPosix
+import ServiceSupport
 import TestSupport
 import Testing
 import WireProtocol
@@ -102,10 +104,18 @@ import WireProtocol
                 #expect(body.code == "session_not_found")
             }
             try await client.execute(uri: "/session/x/play", method: .post, body: play) { #expect($0.status == .accepted) }
-            // Still extracting right after the request: seek is refused with 409.
+            // This app runs no pacer, so the play stays extracting (the pacer moves it to
+            // streaming): a seek is refused with 409 until it plays. (The end-to-end tests seek
+            // in a playing session.)
+            try await client.execute(uri: "/session/x", method: .get) { response in
+                let info = try JSONDecoder().decode(SessionInfo.self, from: Data(response.body.readableBytesView))
+                #expect(info.state == .extracting)
+            }
             try await client.execute(uri: "/session/x/seek", method: .post, body: ByteBuffer(string: #"{"position_ms":10}"#)) {
                 response in
-                #expect(response.status == .conflict || response.status == .ok)
+                #expect(response.status == .conflict)
+                let body = try ControlAPITests.error(response)
+                #expect(body.code == "invalid_state")
             }
             try await client.execute(uri: "/session/x/volume", method: .post, body: ByteBuffer(string: #"{"volume":1001}"#)) {
                 response in
@@ -120,6 +130,14 @@ import WireProtocol
             }
             try await client.execute(uri: "/sessions", method: .get) { response in
                 #expect(String(buffer: response.body).contains(#""session_id":"x""#))
+            }
+            // Stopped, there is nothing to seek in: 409.
+            try await client.execute(uri: "/session/x/stop", method: .post) { #expect($0.status == .ok) }
+            try await client.execute(uri: "/session/x/seek", method: .post, body: ByteBuffer(string: #"{"position_ms":10}"#)) {
+                response in
+                #expect(response.status == .conflict)
+                let body = try ControlAPITests.error(response)
+                #expect(body.code == "invalid_state")
             }
         }
     }

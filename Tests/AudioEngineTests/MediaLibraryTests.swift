@@ -1,5 +1,6 @@
 import Foundation
 import HTTPTypes
+import ServiceSupport
 import TestSupport
 import Testing
 
@@ -28,20 +29,20 @@ import Testing
 
     @Test(arguments: ["../secret.mp3", "sub/../../secret.mp3", "/etc/passwd", "escape.mp3"])
     func nothingOutsideIsOpened(url: String) {
-        #expect { try library.resolve(url) } throws: { ($0 as? ControlError)?.code == "outside_media_dir" }
+        #expect { try library.resolve(url) } throws: { ($0 as? APIError)?.code == "outside_media_dir" }
     }
 
     @Test(arguments: ["file:///etc/passwd", "ftp://host/a.mp3", "FILE:a.mp3"])
     func otherSchemesAreRefused(url: String) {
         #expect { try library.resolve(url) } throws: {
-            guard let error = $0 as? ControlError else { return false }
+            guard let error = $0 as? APIError else { return false }
             return error.code == "unsupported_scheme" && error.status == .unprocessableContent
         }
     }
 
     @Test func missingFilesAndEmptyURLsAreClearErrors() {
-        #expect { try library.resolve("nope.mp3") } throws: { ($0 as? ControlError)?.code == "source_not_found" }
-        #expect { try library.resolve("sub") } throws: { ($0 as? ControlError)?.code == "source_not_found" }
-        #expect { try library.resolve("  ") } throws: { ($0 as? ControlError)?.status == .badRequest }
+        #expect { try library.resolve("nope.mp3") } throws: { ($0 as? APIError)?.code == "source_not_found" }
+        #expect { try library.resolve("sub") } throws: { ($0 as? APIError)?.code == "source_not_found" }
+        #expect { try library.resolve("  ") } throws: { ($0 as? APIError)?.status == .badRequest }
     }
 }

@@ -26,15 +26,15 @@ import Testing
 
     @Test func hostsResolvingToLoopbackAreRefusedUnlessAllowed() throws {
         #expect { try NetworkPolicy().addresses(of: "localhost", port: 80) } throws: {
-            ($0 as? ControlError)?.code == "private_address"
+            ($0 as? APIError)?.code == "private_address"
         }
         #expect(try NetworkPolicy(allowPrivateSources: true).addresses(of: "localhost", port: 80).isEmpty == false)
         #expect { try NetworkPolicy().addresses(of: "no-such-host.invalid", port: 80) } throws: {
-            ($0 as? ControlError)?.code == "source_unreachable"
+            ($0 as? APIError)?.code == "source_unreachable"
         }
         // Numeric forms getaddrinfo accepts are looked up, and refused, the same way.
         for host in ["2130706433", "127.1", "0x7f000001"] {
-            #expect(throws: ControlError.self, "\(host)") { try NetworkPolicy().addresses(of: host, port: 80) }
+            #expect(throws: APIError.self, "\(host)") { try NetworkPolicy().addresses(of: host, port: 80) }
         }
     }
 
@@ -42,7 +42,7 @@ import Testing
     /// names are refused at once; other names wait for the connection, which checks them.
     @Test func literalsAreRefusedWithoutALookup() throws {
         for host in ["127.0.0.1", "[::1]", "10.1.2.3", "169.254.169.254", "localhost", "a.localhost", "LOCALHOST"] {
-            #expect(throws: ControlError.self, "\(host)") { try NetworkPolicy().checkLiteral(host: host) }
+            #expect(throws: APIError.self, "\(host)") { try NetworkPolicy().checkLiteral(host: host) }
         }
         try NetworkPolicy().checkLiteral(host: "8.8.8.8")
         try NetworkPolicy().checkLiteral(host: "media.example")
@@ -55,7 +55,7 @@ import Testing
         #expect(policy.permits("127.0.0.2") && policy.permits("192.168.7.40") && policy.permits("8.8.8.8"))
         #expect(!policy.permits("127.0.0.1") && !policy.permits("192.168.8.1") && !policy.permits("::1"))
         try policy.checkLiteral(host: "127.0.0.2")
-        #expect(throws: ControlError.self) { try policy.checkLiteral(host: "127.0.0.1") }
+        #expect(throws: APIError.self) { try policy.checkLiteral(host: "127.0.0.1") }
     }
 
     @Test func signedStreamURLsCarryTheirExpiry() {

@@ -1,5 +1,6 @@
 import Foundation
 import HTTPTypes
+import ServiceSupport
 import TestSupport
 import Testing
 
@@ -110,7 +111,7 @@ import Testing
         let path = directory.file("text.mp3")
         try "not audio at all".write(toFile: path, atomically: true, encoding: .utf8)
         #expect { try Pipeline(source: ResolvedSource(location: path, displayName: "x"), encoder: .init()) } throws: {
-            ($0 as? ControlError)?.status == .unprocessableContent
+            ($0 as? APIError)?.status == .unprocessableContent
         }
     }
 }

@@ -1,7 +1,9 @@
+import EngineAPI
 import Foundation
 import HTTPTypes
 import Logging
 import NIOPosix
+import ServiceSupport
 import TestSupport
 import Testing
 import WireProtocol
@@ -130,8 +132,8 @@ import NIOCore
         let first = try driver.manager.play(sessionID: id, url: "tone-440.mp3").playID
         let second = try driver.manager.play(sessionID: id, url: "tone-440.mp3").playID
         try driver.tick(until: { (try? driver.manager.info(sessionID: id).state) == .streaming })
-        let pause = #expect(throws: ControlError.self) { try driver.manager.pause(sessionID: id, playID: first) }
-        let seek = #expect(throws: ControlError.self) { try driver.manager.seek(sessionID: id, positionMS: 500, playID: first) }
+        let pause = #expect(throws: APIError.self) { try driver.manager.pause(sessionID: id, playID: first) }
+        let seek = #expect(throws: APIError.self) { try driver.manager.seek(sessionID: id, positionMS: 500, playID: first) }
         for error in [pause, seek] {
             #expect(error?.code == "stale_play" && error?.status == .conflict, "\(String(describing: error))")
         }

@@ -1,3 +1,4 @@
+import EngineAPI
 import Testing
 
 @testable import AudioEngine

@@ -187,7 +187,7 @@ func milliseconds(_ duration: Duration) -> Double {
         server.stop()
         #expect(await eventually(timeout: .seconds(20)) { socket.firstEvent(s, .finished) != nil })
         let error = try #require(socket.firstEvent(s, .error))
-        #expect(error.event.code == "source_read_failed" || error.event.code == "decode_failed")
+        #expect(error.event.code == "source_read_failed", "\(error.event)")
         #expect(socket.firstEvent(s, .finished)?.event.reason == .error)
         #expect(try await harness.get("/session/\(s)").json["state"] as? String == "error")
         socket.close()
@@ -208,7 +208,11 @@ func milliseconds(_ duration: Duration) -> Double {
         defer { Task { await harness.stop() } }
         let resolved = try await harness.get("/resolve?url=\(server.url("page.html"))")
         #expect(resolved.status == 200, "\(resolved.json)")
-        #expect((resolved.json["title"] as? String)?.contains("A Local Song") == true || resolved.json["entries"] != nil)
+        // yt-dlp's generic extractor finds the page's one <audio>: a single track (it numbers the
+        // title: "A Local Song (1)"), not a playlist.
+        #expect((resolved.json["title"] as? String)?.hasPrefix("A Local Song") == true, "\(resolved.json)")
+        #expect(resolved.json["is_playlist"] as? Bool == false)
+        #expect((resolved.json["entries"] as? [Any])?.isEmpty == true)
         let s = "page"
         #expect(try await harness.post("/session/\(s)/play", #"{"url":"\#(server.url("page.html"))"}"#).status == 202)
         #expect(await eventually(timeout: .seconds(30)) { socket.packets(s).count >= 60 })
@@ -287,6 +291,8 @@ func milliseconds(_ duration: Duration) -> Double {
         ] {
             #expect(metrics.contains(name), "metrics lack \(name)")
         }
+        let lint = try Promtool.check(metrics)
+        #expect(lint.ok, "promtool: \(lint.report)")
         // Graceful shutdown: the playing session ends with finished/stopped, the socket file goes.
         let mark = socket.count
         #expect(await harness.engine?.terminate() == true)

@@ -41,15 +41,20 @@ import Testing
         #expect(forbidden.body.contains(#""code":"forbidden""#))
         // The user's own token: the WebSocket needs no session id, the token names it.
         let mine = SessionListener(session: me.session_id, routerPort: cluster.routerPort, token: me.token)
+        // The other user's socket, open on their own session (their token names it).
         let spy = SessionListener(session: me.session_id, routerPort: cluster.routerPort, token: other.token)
-        #expect(await eventually { mine.isConnected })
+        #expect(await eventually { mine.isConnected && spy.isConnected })
+        #expect(await eventually { spy.states().contains { $0["session_id"] as? String == other.session_id } })
         #expect(try await cluster.play(me.session_id, "tone-440.mp3", token: me.token).status == 202)
         #expect(await eventually(timeout: .seconds(5)) { mine.audio().count >= 50 })
-        // Another user's socket hears nothing of it; a socket with a bad token is refused.
+        // The other user's open socket hears nothing of it, nor any event of it.
+        #expect(spy.isConnected)
         #expect(spy.audio().isEmpty)
+        #expect(!spy.texts().contains { $0["session_id"] as? String == me.session_id })
+        // A socket with a bad token is refused: it ends without ever connecting.
         let refused = SessionListener(session: me.session_id, routerPort: cluster.routerPort, token: "garbage")
-        try await Task.sleep(for: .milliseconds(500))
-        #expect(!refused.isConnected && refused.audio().isEmpty)
+        #expect(await eventually { refused.hasEnded })
+        #expect(refused.all.isEmpty)
         mine.close()
         spy.close()
     }

@@ -280,6 +280,8 @@ private func runProbe(_ arguments: String...) async throws -> Data {
         #expect(text.contains("tonearm_router_slow_client_disconnects_total 1"))
         #expect(text.contains(#"tonearm_router_frames_dropped_total{cause="slow_client"}"#))
         #expect(text.contains(#"tonearm_router_clients{kind="bot"} 1"#))
+        let lint = try Promtool.check(text)
+        #expect(lint.ok, "promtool: \(lint.report)")
         let detail = try #require(try await cluster.getJSON(cluster.routerURL + "/health/session/\(session)"))
         #expect((detail["clients"] as? [[String: Any]])?.count == 1)
         #expect((detail["frames_routed"] as? Int ?? 0) > 500)

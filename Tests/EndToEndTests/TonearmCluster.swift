@@ -136,6 +136,7 @@ final class SessionListener: Sendable {
     private let received = Mutex<[Received]>([])
     private let outbound = Mutex<WebSocketOutboundWriter?>(nil)
     private let connected = Atomic<Bool>(false)
+    private let ended = Atomic<Bool>(false)
     private let task = Mutex<Task<Void, Never>?>(nil)
 
     /// Listens to `session` with the bot token, or with a browser `token` (which names its session);
@@ -162,11 +163,14 @@ final class SessionListener: Sendable {
                 }
             }
             self.connected.store(false, ordering: .relaxed)
+            self.ended.store(true, ordering: .relaxed)
         }
         task.withLock { $0 = handle }
     }
 
     var isConnected: Bool { connected.load(ordering: .relaxed) }
+    /// The connection is over: closed, refused, or never made.
+    var hasEnded: Bool { ended.load(ordering: .relaxed) }
     var all: [Received] { received.withLock { $0 } }
     var count: Int { received.withLock { $0.count } }
 

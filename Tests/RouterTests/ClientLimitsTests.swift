@@ -6,7 +6,7 @@ import NIOCore
 import ServiceSupport
 import Testing
 
-@testable import Router
+@testable import TonearmRouter
 
 @Suite struct ClientLimitsTests {
     func request(forwardedFor: [String]) -> Request {

@@ -3,7 +3,7 @@ import TestSupport
 import Testing
 import WireProtocol
 
-@testable import Router
+@testable import TonearmRouter
 
 @Suite struct IdentityTokensTests {
     let tokens = IdentityTokens(secret: Data("a test secret of enough length!!".utf8))

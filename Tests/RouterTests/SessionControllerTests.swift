@@ -1,13 +1,15 @@
 // The controller replays the old races with an engine whose answers the test releases by hand:
 // resolves that finish late or out of order, a `ready` that beats the play's HTTP answer, an
 // auto-advance racing a skip. The real engine is exercised in the end-to-end tests.
+import EngineAPI
 import Foundation
 import HTTPTypes
+import ServiceSupport
 import Synchronization
 import Testing
 import WireProtocol
 
-@testable import Router
+@testable import TonearmRouter
 
 /// An engine whose resolves wait until the test lets them go, and which records every call.
 final class ScriptedEngine: EngineControl {
@@ -35,6 +37,13 @@ final class ScriptedEngine: EngineControl {
     var calls: [String] { state.withLock { $0.calls } }
     var plays: [String] { calls.filter { $0.hasPrefix("play ") } }
 
+    /// Waits (up to 5 s) until `count` plays have been asked for: an auto-advance starts its play
+    /// in a task of its own.
+    func waitUntilPlays(_ count: Int) async {
+        let deadline = ContinuousClock.now + .seconds(5)
+        while plays.count < count, ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(1)) }
+    }
+
     /// Waits until a resolve of `url` is parked.
     func waitUntilHeld(_ url: String) async {
         while state.withLock({ $0.gates[url] == nil }) { try? await Task.sleep(for: .milliseconds(2)) }
@@ -52,9 +61,9 @@ final class ScriptedEngine: EngineControl {
         }
     }
 
-    func control(_ id: SessionID, _ name: String, _ body: [String: Int64]) async throws(APIError) {
-        await gate("control:" + name)
-        state.withLock { $0.calls.append(name + body.sorted { $0.key < $1.key }.map { " \($0.key)=\($0.value)" }.joined()) }
+    func control(_ id: SessionID, _ control: SessionControl) async throws(APIError) {
+        await gate("control:" + control.name)
+        state.withLock { $0.calls.append(control.description) }
     }
 
     private func gate(_ key: String) async {
@@ -71,15 +80,15 @@ final class ScriptedEngine: EngineControl {
         await gate(url)
         if url.hasPrefix("list") {
             return Resolution(
-                url: url, title: "A list", is_playlist: true,
-                entries: (1...3).map { .init(url: "\(url)-\($0).mp3", title: "Entry \($0)") })
+                url: url, title: "A list", isPlaylist: true,
+                entries: (1...3).map { TrackMetadata(url: "\(url)-\($0).mp3", title: "Entry \($0)") })
         }
         if url.hasPrefix("huge") {  // a page claiming 5,000 entries
             return Resolution(
-                url: url, title: "A huge list", is_playlist: true,
-                entries: (1...5_000).map { .init(url: "\(url)-\($0).mp3", title: "Entry \($0)") })
+                url: url, title: "A huge list", isPlaylist: true,
+                entries: (1...5_000).map { TrackMetadata(url: "\(url)-\($0).mp3", title: "Entry \($0)") })
         }
-        return Resolution(url: url, title: "Title of \(url)", duration_ms: 30_000)
+        return Resolution(url: url, title: "Title of \(url)", durationMS: 30_000)
     }
 }
 
@@ -189,21 +198,20 @@ final class ScriptedEngine: EngineControl {
         try await controller.perform(.enqueue(url: "list"))
         await controller.handle(ready(1))
         await controller.handle(finished(1, .finished))
-        try await Task.sleep(for: .milliseconds(50))
+        await engine.waitUntilPlays(2)
         #expect(engine.plays.last == "play list-2.mp3")
         await controller.handle(finished(2, .error))
-        try await Task.sleep(for: .milliseconds(50))
+        await engine.waitUntilPlays(3)
         #expect(engine.plays.last == "play list-3.mp3")
         try await controller.perform(.loop(.queue))
         await controller.handle(finished(3, .error))
-        try await Task.sleep(for: .milliseconds(50))
+        await engine.waitUntilPlays(4)
+        #expect(engine.plays.last == "play list-1.mp3")
         await controller.handle(finished(4, .error))
-        try await Task.sleep(for: .milliseconds(50))
-        await controller.handle(finished(5, .error))
-        try await Task.sleep(for: .milliseconds(50))
-        // list-2, list-3, list-1, list-2 failed in a row... the queue gives up after a full round.
-        #expect(engine.plays.count <= 6)
+        // list-2, list-3 and list-1 failed in a row: every track of the queue, so it gives up
+        // (idle at once, with no further play) instead of going round the errors again.
         #expect(await controller.state.status == "idle")
+        #expect(engine.plays == ["play list-1.mp3", "play list-2.mp3", "play list-3.mp3", "play list-1.mp3"])
     }
 
     @Test func previousAtTheFirstTrackRestartsIt() async throws {
@@ -250,10 +258,12 @@ final class ScriptedEngine: EngineControl {
         #expect(last.positionMS == 12_000)
         #expect(last.playID == 1)
 
-        // A new controller from that snapshot: the engine lost the play; resume starts where it was.
+        // A new controller from that snapshot; the engine lost the play (reconciliation ends it
+        // the way `EngineReconciliation` does); resume starts where it was.
         let sink = SessionSink(broadcast: { _, _ in }, persist: { _, _ in })
         let again = SessionController(id: id, snapshot: last, engine: engine, sink: sink)
-        await again.playLost()
+        await again.handle(
+            WireEvent(type: .finished, sessionID: id, playID: 1, reason: .stopped, code: "engine_restarted", message: "lost"))
         #expect(await again.state.status == "idle")
         try await again.perform(.resume)
         #expect(engine.plays.last == "play list-1.mp3 from 12000")

@@ -5,7 +5,7 @@ import Synchronization
 import Testing
 import WireProtocol
 
-@testable import Router
+@testable import TonearmRouter
 
 @Suite struct SessionDirectoryTests {
     @Test func aSessionInUseIsNotReleasedUnderIt() async throws {

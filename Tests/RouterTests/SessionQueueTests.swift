@@ -1,6 +1,7 @@
+import Foundation
 import Testing
 
-@testable import Router
+@testable import TonearmRouter
 
 @Suite struct SessionQueueTests {
     let a = Track(url: "a.mp3"), b = Track(url: "b.mp3"), c = Track(url: "c.mp3")
@@ -19,7 +20,7 @@ import Testing
         #expect(q.handle(.enqueue([c])) == .updated)
         #expect(q.tracks == [a, b, c])
         #expect(q.handle(.ready(generation: 1)) == .updated)
-        #expect(q.playback == .playing)
+        #expect(q.status == .playing)
     }
 
     @Test func autoAdvanceOnlyOnFinished() {
@@ -27,7 +28,7 @@ import Testing
         #expect(q.handle(.finished(generation: 1, reason: .finished)) == .play(b, generation: 2))
         _ = q.handle(.ready(generation: 2))
         #expect(q.handle(.finished(generation: 2, reason: .other)) == .updated)
-        #expect(q.playback == .idle)
+        #expect(q.status == .idle)
         #expect(q.current == 1)
     }
 
@@ -49,7 +50,7 @@ import Testing
         #expect(wrap.handle(.finished(generation: wrap.generation, reason: .finished)) == .play(a, generation: wrap.generation))
         var end = queue([a, b], playing: 1)
         #expect(end.handle(.finished(generation: end.generation, reason: .finished)) == .updated)
-        #expect(end.playback == .idle)
+        #expect(end.status == .idle)
     }
 
     // MARK: The races of the previous router, replayed
@@ -61,7 +62,7 @@ import Testing
         // The first play's ready and finished (replaced) arrive late: dropped.
         #expect(q.handle(.ready(generation: 1)) == .none)
         #expect(q.handle(.finished(generation: 1, reason: .other)) == .none)
-        #expect(q.playback == .starting)
+        #expect(q.status == .starting)
         #expect(q.handle(.ready(generation: 2)) == .updated)
         #expect(q.currentTrack == b)
     }
@@ -87,7 +88,7 @@ import Testing
         #expect(q.handle(.stop) == .stop)
         // The resolve finishes and the engine reports ready for the stopped generation.
         #expect(q.handle(.ready(generation: generation)) == .none)
-        #expect(q.playback == .idle)
+        #expect(q.status == .idle)
     }
 
     @Test func playNowDuringASlowResolveWins() {
@@ -137,7 +138,7 @@ import Testing
     @Test func clearStopsAndEmpties() {
         var q = queue([a, b])
         #expect(q.handle(.clear) == .stop)
-        #expect(q.tracks.isEmpty && q.current == nil && q.playback == .idle)
+        #expect(q.tracks.isEmpty && q.current == nil && q.status == .idle)
         #expect(q.handle(.jump(index: 0)) == .refuse(.badIndex("index 0 does not exist: the queue is empty")))
     }
 
@@ -173,3 +174,17 @@ import Testing
 }
 
 import Foundation
+
+@Suite struct SessionQueueStorageTests {
+    /// Stored queues keep the key they were first saved with (`playback`), so a Router upgraded
+    /// over an old database still loads every queue.
+    @Test func aQueueStoredUnderItsFirstKeysStillLoads() throws {
+        let stored = #"{"tracks":[{"url":"a.mp3","title":"A"}],"current":0,"loop":"off","generation":3,"playback":{"paused":{}},"failuresInARow":0}"#
+        let queue = try JSONDecoder().decode(SessionQueue.self, from: Data(stored.utf8))
+        #expect(queue.status == .paused)
+        #expect(queue.generation == 3)
+        #expect(queue.currentTrack?.title == "A")
+        let again = try JSONSerialization.jsonObject(with: JSONEncoder().encode(queue)) as? [String: Any]
+        #expect(again?["playback"] != nil)
+    }
+}

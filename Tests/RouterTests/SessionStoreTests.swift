@@ -2,7 +2,7 @@ import NIOCore
 import Testing
 import WireProtocol
 
-@testable import Router
+@testable import TonearmRouter
 
 @Suite struct SessionStoreTests {
     func packet(_ id: SessionID, _ byte: UInt8) -> WireMessage {

@@ -5,7 +5,7 @@ import NIOCore
 import NIOEmbedded
 import Testing
 
-@testable import Router
+@testable import TonearmRouter
 
 @Suite struct WebSocketUpgradeSlotTests {
     @Test func theBoxIsHeldWhileTheConnectionIsOpenAndLetGoWhenItCloses() throws {

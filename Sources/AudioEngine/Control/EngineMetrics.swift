@@ -1,7 +1,9 @@
 // What the engine counts for operators, through swift-metrics. `main` hands it the Prometheus
 // factory whose registry `/metrics` renders; tests may pass any other factory.
 import CoreMetrics
+import EngineAPI
 import Prometheus
+import ServiceSupport
 
 /// The engine's metrics.
 package struct EngineMetrics: Sendable {
@@ -35,6 +37,25 @@ package struct EngineMetrics: Sendable {
                 ($0, CoreMetrics.Gauge(label: "tonearm_engine_sessions", dimensions: [("state", $0.rawValue)], factory: factory))
             })
         self.registry = registry
+    }
+
+    /// The help line of each family (docs/engine-api.md has the same table).
+    static let help = MetricHelp([
+        "tonearm_engine_frames_sent_total": "Frames written at their deadline.",
+        "tonearm_engine_frames_nulled_total": "Deadlines at which a streaming session had no frame ready.",
+        "tonearm_engine_frames_deficit_total": "Deadlines the engine itself missed while sessions were streaming.",
+        "tonearm_engine_encode_seconds": "Time to encode one 20 ms frame.",
+        "tonearm_engine_source_errors_total": "Plays that ended in error.",
+        "tonearm_engine_source_reconnects_total": "Reconnects of network sources.",
+        "tonearm_engine_source_packets_skipped_total": "Packets of an Opus source that were not valid Opus, skipped.",
+        "tonearm_engine_router_dropped_frames_total": "Frames a slow Router connection did not get.",
+        "tonearm_engine_router_connections": "Router connections on the socket.",
+        "tonearm_engine_sessions": "Sessions by state.",
+    ])
+
+    /// The Prometheus text exposition, with help lines; empty unless the factory is Prometheus.
+    func exposition() -> [UInt8] {
+        Self.help.annotate(registry?.emitToBuffer() ?? [])
     }
 
     /// A Prometheus-backed set: the registry renders what the metrics record.

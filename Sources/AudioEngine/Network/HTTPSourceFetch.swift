@@ -8,6 +8,7 @@ import NIOCore
 import NIOHTTP1
 import NIOPosix
 import NIOSSL
+import ServiceSupport
 
 /// Where a fetch delivers what it reads: the read-ahead buffer. Called on the fetch's event loop.
 /// Every call carries the epoch of the `start(at:epoch:)` it belongs to, so the sink can ignore
@@ -143,7 +144,7 @@ final class HTTPSourceFetch: @unchecked Sendable {
                     channel.read()
                 case .failure(let error):
                     guard mine == self.attempt, !self.stopped else { return }
-                    if let refusal = error as? ControlError, refusal.code == "private_address" || refusal.code == "source_unreachable" {
+                    if let refusal = error as? APIError, refusal.code == "private_address" || refusal.code == "source_unreachable" {
                         // A policy refusal is final: a retry would be refused the same way.
                         self.fail(MediaError(kind: refusal.code == "private_address" ? .refused : .openFailed, message: refusal.message))
                     } else {

@@ -3,6 +3,7 @@
 // volume (or source) is decoded, resampled, scaled with a ramp and encoded.
 import CoreMetrics
 import Foundation
+import ServiceSupport
 
 /// The per-play chain: demux/decode (FFmpeg) → gain → encode (libopus), or passthrough.
 final class Pipeline {
@@ -51,7 +52,7 @@ final class Pipeline {
         self.startMS = startMS
         if source.isNetwork {
             guard let network else {
-                throw ControlError.unplayable(MediaError(kind: .openFailed, message: "network sources are not enabled"))
+                throw APIError.unplayable(MediaError(kind: .openFailed, message: "network sources are not enabled"))
             }
             var settings = ReadAheadInput.Configuration()
             settings.headers = source.headers
@@ -67,7 +68,7 @@ final class Pipeline {
         do {
             decoder = try MediaDecoder(path: source.location)
         } catch {
-            throw ControlError.unplayable(error)
+            throw APIError.unplayable(error)
         }
         stage = .ready(decoder)
         try start(decoder)
@@ -83,13 +84,13 @@ final class Pipeline {
         case nil:
             return nil
         case .failure(let error):
-            throw ControlError.unplayable(error)
+            throw APIError.unplayable(error)
         case .success(let opened):
             let decoder: MediaDecoder
             do {
                 decoder = try MediaDecoder(info: opened.info, stream: opened.stream, source: thread)
             } catch {
-                throw ControlError.unplayable(error)
+                throw APIError.unplayable(error)
             }
             stage = .ready(decoder)
             try start(decoder)
@@ -119,7 +120,7 @@ final class Pipeline {
             case .value: break
             }
         } catch let error as MediaError {
-            throw ControlError.unplayable(error)
+            throw APIError.unplayable(error)
         }
         passthrough = false
         return .value(try encodeFrame(target: target))
@@ -131,7 +132,7 @@ final class Pipeline {
         do {
             try decoder.seek(toMS: positionMS)
         } catch {
-            throw ControlError.unplayable(error)
+            throw APIError.unplayable(error)
         }
         opusFIFO.removeAll(keepingCapacity: true)
         opusDecoder = nil
@@ -210,7 +211,7 @@ final class Pipeline {
             packetsSkipped?.increment()
             invalidInARow += 1
             guard invalidInARow < Self.invalidPacketsLimit else {
-                throw ControlError.unplayable(
+                throw APIError.unplayable(
                     MediaError(kind: .decodeFailed, message: "\(Self.invalidPacketsLimit) packets in a row are not valid Opus"))
             }
             return

@@ -1,6 +1,7 @@
 // One play of one session: its source pipeline, and the outbox of encoded frames and in-band
 // markers that the pacer drains one frame per tick.
 import NIOCore
+import ServiceSupport
 import Synchronization
 import WireProtocol
 
@@ -10,7 +11,7 @@ enum OutboxItem {
     case opened(MediaInfo, passthrough: Bool)
     case frame([UInt8], passthrough: Bool)
     /// The play is over: `finished` (source ended) or `error` (it failed).
-    case end(FinishReason, ControlError?)
+    case end(FinishReason, APIError?)
 }
 
 /// A single play on a session. Frames are produced by worker threads and consumed by the pacer.
@@ -151,7 +152,7 @@ final class Playback: @unchecked Sendable {
                     source: source, encoder: configuration, startMS: position, metrics: metrics, network: network)
                 outbox.withLock { $0.pendingReopenMS = nil }
             } catch {
-                push(.end(.error, ControlError.wrap(error)), frames: 0, generation: nil)
+                push(.end(.error, APIError.wrap(error)), frames: 0, generation: nil)
                 return
             }
         }
@@ -160,7 +161,7 @@ final class Playback: @unchecked Sendable {
             do {
                 pipeline = try Pipeline(source: source, encoder: configuration, startMS: startMS, metrics: metrics, network: network)
             } catch {
-                push(.end(.error, ControlError.wrap(error)), frames: 0, generation: nil)
+                push(.end(.error, APIError.wrap(error)), frames: 0, generation: nil)
                 return
             }
         }
@@ -173,7 +174,7 @@ final class Playback: @unchecked Sendable {
                 push(.opened(info, passthrough: info.isOpusStereo48k && volume == 100), frames: 0, generation: nil)
             }
         } catch {
-            push(.end(.error, ControlError.wrap(error)), frames: 0, generation: nil)
+            push(.end(.error, APIError.wrap(error)), frames: 0, generation: nil)
             return
         }
         while true {
@@ -185,7 +186,7 @@ final class Playback: @unchecked Sendable {
                 do {
                     try pipeline.seek(toMS: seek)
                 } catch {
-                    push(.end(.error, ControlError.wrap(error)), frames: 0, generation: generation)
+                    push(.end(.error, APIError.wrap(error)), frames: 0, generation: generation)
                     return
                 }
                 outbox.withLock { if $0.generation == generation { $0.pendingSeekMS = nil } }
@@ -203,7 +204,7 @@ final class Playback: @unchecked Sendable {
                     push(.frame(packet, passthrough: pipeline.passthrough), frames: 1, generation: generation)
                 }
             } catch {
-                push(.end(.error, ControlError.wrap(error)), frames: 0, generation: generation)
+                push(.end(.error, APIError.wrap(error)), frames: 0, generation: generation)
                 return
             }
         }
@@ -220,31 +221,22 @@ final class Playback: @unchecked Sendable {
     }
 }
 
-/// Frames of one session (or of the whole engine) the way operators count them.
-public struct FrameCounters: Sendable, Equatable, Codable {
-    /// Frames written at their deadline.
-    public var sent: UInt64 = 0
-    /// Deadlines at which a streaming session had no frame ready.
-    public var nulled: UInt64 = 0
-    /// Deadlines the pacer itself missed while the session was streaming (the process was late).
-    public var deficit: UInt64 = 0
-
-    public init() {}
-
-    mutating func add(_ other: FrameCounters) {
-        sent += other.sent
-        nulled += other.nulled
-        deficit += other.deficit
-    }
-}
-
 extension Playback {
+    /// Takes the oldest item of the outbox (the pacer's side), nil when none is ready.
+    func nextOutboxItem() -> OutboxItem? {
+        outbox.withLock { box in
+            guard let item = box.items.popFirst() else { return nil }
+            if case .frame = item { box.bufferedFrames -= 1 }
+            return item
+        }
+    }
+
     /// Ends the play with an error that happened outside the pipeline (yt-dlp could not resolve it).
     func fail(_ error: any Error) {
         outbox.withLock { box in
             guard !box.cancelled, !box.ended else { return }
             box.ended = true
-            box.items.append(.end(.error, ControlError.wrap(error)))
+            box.items.append(.end(.error, APIError.wrap(error)))
         }
     }
 }

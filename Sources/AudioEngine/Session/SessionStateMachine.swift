@@ -1,11 +1,7 @@
 // The life of one session as a value: Idle → Extracting → Streaming ⇄ Paused → Stopped, and
 // Extracting → Error. Each input returns the action the I/O layer carries out, or a refusal
 // that the control API turns into 409. No I/O here, so every transition is unit-tested.
-
-/// The states of a session, as the design names them.
-public enum SessionState: String, Codable, Sendable, CaseIterable {
-    case idle, extracting, streaming, paused, stopped, error
-}
+import EngineAPI
 
 /// A session's state and current play, and the rules for moving between states.
 struct SessionStateMachine: Sendable, Equatable {
@@ -46,7 +42,7 @@ struct SessionStateMachine: Sendable, Equatable {
     private(set) var playID: UInt64?
 
     /// Whether a play is in progress and owns resources.
-    var hasActivePlay: Bool { [.extracting, .streaming, .paused].contains(state) }
+    var hasActivePlay: Bool { state.isActive }
 
     mutating func handle(_ input: Input) -> Action {
         switch (input, state) {

@@ -14,7 +14,6 @@ import Synchronization
 final class AudioSocketServer: Service, Sendable {
     struct Counters: Sendable, Equatable {
         var connections = 0
-        var accepted: UInt64 = 0
         /// Audio frames not written to a connection because its buffer was full.
         var droppedFrames: UInt64 = 0
     }
@@ -112,7 +111,6 @@ final class AudioSocketServer: Service, Sendable {
         let channel = connection.channel
         let key = ObjectIdentifier(channel)
         connections.withLock { $0[key] = connection }
-        counters.withLock { $0.accepted += 1 }
         logger.info("Router connected")
         channel.closeFuture.whenComplete { [self] _ in
             connections.withLock { _ = $0.removeValue(forKey: key) }

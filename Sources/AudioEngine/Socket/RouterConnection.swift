@@ -74,9 +74,6 @@ final class RouterConnection: Sendable {
         }
         if wrote { channel.flush() }
     }
-
-    /// Ticks waiting for the socket.
-    var queuedTicks: Int { queue.withLock { $0.ticks.count } }
 }
 
 /// Calls `drain()` when the socket can take more.

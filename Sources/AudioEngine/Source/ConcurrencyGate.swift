@@ -3,6 +3,7 @@
 // Beyond that the caller is told to come back later (503 with Retry-After) instead of the engine
 // starting processes and threads without bound for whoever asks.
 import HTTPTypes
+import ServiceSupport
 
 /// Admits at most `limit` holders at a time; a bounded, time-limited queue for the rest.
 package actor ConcurrencyGate {
@@ -44,7 +45,7 @@ package actor ConcurrencyGate {
     }
 
     /// Waits for a place; every successful `acquire` needs one `release`.
-    func acquire() async throws(ControlError) {
+    func acquire() async throws(APIError) {
         if running < limits.limit {
             running += 1
             return
@@ -77,8 +78,8 @@ package actor ConcurrencyGate {
         waiters.remove(at: index).continuation.resume(returning: false)
     }
 
-    private func busy() -> ControlError {
-        ControlError(
+    private func busy() -> APIError {
+        APIError(
             status: .serviceUnavailable, code: "resolver_busy",
             message: "\(limits.limit) \(what) are running and \(waiters.count) waiting; try again in a few seconds",
             retryAfterSeconds: 5)

@@ -2,6 +2,7 @@
 // the configured media directory, named by a relative path, an absolute path inside it, or a
 // `file:` URL is refused. Nothing outside the directory is ever opened (symlinks included).
 import Foundation
+import ServiceSupport
 
 
 /// The media directory, and the rule for what may be played from it.
@@ -14,10 +15,10 @@ package struct MediaLibrary: Sendable {
         self.root = url.path
     }
 
-    func resolve(_ url: String) throws(ControlError) -> ResolvedSource {
+    func resolve(_ url: String) throws(APIError) -> ResolvedSource {
         let trimmed = url.trimmingCharacters(in: .whitespaces)
         guard !trimmed.isEmpty else {
-            throw .badRequest("\"url\" is empty: give a file name inside the media directory", code: "missing_url")
+            throw .badRequest("missing_url", "\"url\" is empty: give a file name inside the media directory")
         }
         if let scheme = SourceResolver.scheme(of: trimmed) {
             throw .unprocessable(

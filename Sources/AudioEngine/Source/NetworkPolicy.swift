@@ -24,7 +24,7 @@ package struct NetworkPolicy: Sendable {
     }
 
     /// The refusal for `host` reaching `address`, worded for the listener.
-    static func refusal(host: String, address: String, hop: String? = nil) -> ControlError {
+    static func refusal(host: String, address: String, hop: String? = nil) -> APIError {
         .unprocessable(
             "private_address",
             "\"\(host)\"\(hop.map { " (\($0))" } ?? "") resolves to \(address), a loopback, private or link-local address; "
@@ -34,7 +34,7 @@ package struct NetworkPolicy: Sendable {
     /// At play time, without looking anything up (this runs on an event loop): refuses hosts that
     /// are literal addresses outside the policy, and `localhost` names (RFC 6761). Names are
     /// checked when they are connected to.
-    func checkLiteral(host: String) throws(ControlError) {
+    func checkLiteral(host: String) throws(APIError) {
         guard !allowPrivateSources else { return }
         let bare = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
         let lower = bare.lowercased()
@@ -52,7 +52,7 @@ package struct NetworkPolicy: Sendable {
     /// Every address `host` resolves to, for a connection to `port`; throws if any is refused
     /// (so a name with one public and one private answer is refused whole) or none exists.
     /// Blocks on DNS: call it off event loops and the cooperative pool.
-    func addresses(of host: String, port: Int) throws(ControlError) -> [SocketAddress] {
+    func addresses(of host: String, port: Int) throws(APIError) -> [SocketAddress] {
         let bare = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
         let numeric = Self.resolve(bare)
         guard !numeric.isEmpty else {
@@ -63,11 +63,11 @@ package struct NetworkPolicy: Sendable {
     }
 
     /// `addresses(of:port:)` on a thread of its own, for async callers (yt-dlp's page URLs).
-    func check(host: String) async throws(ControlError) {
+    func check(host: String) async throws(APIError) {
         let policy = self
         let result = await withCheckedContinuation { continuation in
             Thread.detachNewThread {
-                continuation.resume(returning: Result { () throws(ControlError) in _ = try policy.addresses(of: host, port: 0) })
+                continuation.resume(returning: Result { () throws(APIError) in _ = try policy.addresses(of: host, port: 0) })
             }
         }
         try result.get()

@@ -1,5 +1,6 @@
 // A source the engine has agreed to open, whatever it started as (a media-directory file, a
 // direct http(s) media URL, or a page that yt-dlp resolved to a stream URL).
+import EngineAPI
 import Foundation
 
 struct ResolvedSource: Sendable, Equatable {
@@ -29,21 +30,5 @@ struct ResolvedSource: Sendable, Equatable {
         self.metadata = metadata
         self.expiresAt = expiresAt
         self.pageURL = pageURL
-    }
-}
-
-/// What is known about a track before it is opened.
-struct TrackMetadata: Sendable, Equatable, Codable {
-    var url: String
-    var title: String?
-    var durationMS: Int64?
-    var thumbnail: String?
-    var isLive: Bool
-    var uploader: String?
-
-    enum CodingKeys: String, CodingKey {
-        case url, title, thumbnail, uploader
-        case durationMS = "duration_ms"
-        case isLive = "is_live"
     }
 }

@@ -1,6 +1,8 @@
 // Decides what a play's `url` is and how to open it: a media-directory file, a direct http(s)
 // media URL (read ahead, reconnecting), or a page that yt-dlp turns into a stream URL.
+import EngineAPI
 import Foundation
+import ServiceSupport
 import Synchronization
 
 /// Turns a play request's `url` into a `ResolvedSource`.
@@ -31,7 +33,7 @@ package struct SourceResolver: Sendable {
     ]
 
     /// Validates `url` and says how it resolves. Throws 400/422 for what can never play.
-    func plan(_ url: String) throws(ControlError) -> Plan {
+    func plan(_ url: String) throws(APIError) -> Plan {
         let trimmed = url.trimmingCharacters(in: .whitespaces)
         guard let scheme = Self.scheme(of: trimmed) else { return .ready(try library.resolve(trimmed)) }
         guard scheme == "http" || scheme == "https" else {
@@ -40,7 +42,7 @@ package struct SourceResolver: Sendable {
                 "the \(scheme): scheme is not accepted; give an http(s) URL or a file name inside the media directory")
         }
         guard let components = URLComponents(string: trimmed), let host = components.host, !host.isEmpty else {
-            throw .badRequest("\"\(trimmed)\" is not a valid URL", code: "invalid_url")
+            throw .badRequest("invalid_url", "\"\(trimmed)\" is not a valid URL")
         }
         try policy.checkLiteral(host: host)
         let ext = (components.path as NSString).pathExtension.lowercased()
@@ -52,7 +54,7 @@ package struct SourceResolver: Sendable {
 
     /// Resolves a page URL through yt-dlp (cached until the stream URL expires). The page's host
     /// is looked up under the policy first: yt-dlp fetches it itself.
-    func resolvePage(_ url: String) async throws(ControlError) -> ResolvedSource {
+    func resolvePage(_ url: String) async throws(APIError) -> ResolvedSource {
         let stream: YTDLP.Stream
         if let cached = cache.get(url) {
             stream = cached
@@ -70,7 +72,7 @@ package struct SourceResolver: Sendable {
     }
 
     /// A page's host looked up under the policy before yt-dlp is asked to fetch it.
-    func checkPage(_ url: String) async throws(ControlError) {
+    func checkPage(_ url: String) async throws(APIError) {
         if let host = URLComponents(string: url)?.host { try await policy.check(host: host) }
     }
 

@@ -1,5 +1,6 @@
 // yt-dlp as a subprocess: page URL → stream URL, its HTTP headers and metadata; playlists; search.
 // Runs asynchronously (never on the encoding workers) with a time limit.
+import EngineAPI
 import Foundation
 import HTTPTypes
 
@@ -24,26 +25,8 @@ package struct YTDLP: Sendable {
         var expiresAt: Date?
     }
 
-    /// A resolved page: one track, or a playlist's entries.
-    struct Resolution: Sendable, Codable, Equatable {
-        var url: String
-        var title: String?
-        var durationMS: Int64?
-        var thumbnail: String?
-        var isLive: Bool
-        var isPlaylist: Bool
-        var entries: [TrackMetadata]
-
-        enum CodingKeys: String, CodingKey {
-            case url, title, thumbnail, entries
-            case durationMS = "duration_ms"
-            case isLive = "is_live"
-            case isPlaylist = "is_playlist"
-        }
-    }
-
     /// The best audio stream of `url`.
-    func stream(_ url: String) async throws(ControlError) -> Stream {
+    func stream(_ url: String) async throws(APIError) -> Stream {
         let json = try await run(["--dump-single-json", "--no-playlist", "--format", "bestaudio/best", url])
         guard let streamURL = json["url"] as? String else {
             throw .unprocessable("no_stream", "yt-dlp found no playable stream at \(url)")
@@ -55,13 +38,13 @@ package struct YTDLP: Sendable {
     }
 
     /// Metadata of `url`, with playlist entries (not resolved to streams).
-    func resolve(_ url: String) async throws(ControlError) -> Resolution {
+    func resolve(_ url: String) async throws(APIError) -> Resolution {
         let json = try await run(["--dump-single-json", "--flat-playlist", url])
         return Self.resolution(json, url: url)
     }
 
     /// Search results for `query` (`ytsearchN:` by default).
-    func search(_ query: String, limit: Int, prefix: String) async throws(ControlError) -> [TrackMetadata] {
+    func search(_ query: String, limit: Int, prefix: String) async throws(APIError) -> [TrackMetadata] {
         let json = try await run(["--dump-single-json", "--flat-playlist", "\(prefix)\(limit):\(query)"])
         return Self.resolution(json, url: query).entries
     }
@@ -105,7 +88,7 @@ package struct YTDLP: Sendable {
         return Date(timeIntervalSince1970: seconds)
     }
 
-    private func run(_ arguments: [String]) async throws(ControlError) -> [String: Any] {
+    private func run(_ arguments: [String]) async throws(APIError) -> [String: Any] {
         let output: ProcessOutput
         do {
             output = try await gate.run { [executable, timeout] in
@@ -113,7 +96,7 @@ package struct YTDLP: Sendable {
                     executable, arguments: ["--no-warnings", "--no-progress", "--ignore-config"] + arguments,
                     timeout: timeout)
             }
-        } catch let error as ControlError {
+        } catch let error as APIError {
             throw error
         } catch {
             throw .init(
@@ -176,6 +159,7 @@ struct ProcessOutput: Sendable {
     }
 }
 
+import ServiceSupport
 import Synchronization
 
 /// Output gathered from a subprocess's pipes as it arrives.

@@ -1,10 +1,12 @@
 // Calls the engine's HTTP control API. An engine refusal (its JSON error) becomes the same error
 // for the Router's caller; an unreachable engine becomes 503 `engine_unavailable`.
 import AsyncHTTPClient
-import HTTPTypes
+import EngineAPI
 import Foundation
+import HTTPTypes
 import NIOCore
 import NIOHTTP1
+import ServiceSupport
 import WireProtocol
 
 extension EngineLink {
@@ -20,34 +22,10 @@ extension EngineLink {
 protocol EngineControl: Sendable {
     /// Starts `url` on the session, replacing its current play; answers the engine's play id.
     func play(_ id: SessionID, url: String, startMS: Int64?, volume: Int) async throws(APIError) -> UInt64
-    /// `pause`, `resume`, `stop`, `seek` (`position_ms`) or `volume` (`volume`).
-    func control(_ id: SessionID, _ name: String, _ body: [String: Int64]) async throws(APIError)
+    /// A control of the session's current play (the engine refuses one for a replaced play).
+    func control(_ id: SessionID, _ control: SessionControl) async throws(APIError)
     /// Title, duration and playlist entries of a URL (422 when it cannot be played).
     func resolve(_ url: String) async throws(APIError) -> Resolution
-}
-
-/// The engine's answer to `GET /resolve`.
-struct Resolution: Sendable, Codable, Equatable {
-    struct Entry: Sendable, Codable, Equatable {
-        var url: String
-        var title: String?
-        var duration_ms: Int64?
-        var thumbnail: String?
-    }
-    var url: String
-    var title: String?
-    var duration_ms: Int64?
-    var thumbnail: String?
-    var is_playlist: Bool?
-    var entries: [Entry]?
-
-    /// The tracks to queue: every entry of a playlist, or the URL itself.
-    var tracks: [Track] {
-        if is_playlist == true, let entries, !entries.isEmpty {
-            return entries.map { Track(url: $0.url, title: $0.title, durationMS: $0.duration_ms, thumbnail: $0.thumbnail) }
-        }
-        return [Track(url: url, title: title, durationMS: duration_ms, thumbnail: thumbnail)]
-    }
 }
 
 /// An engine answer: status and JSON body.
@@ -69,20 +47,13 @@ struct EngineClient: EngineControl {
     }
 
     func play(_ id: SessionID, url: String, startMS: Int64?, volume: Int) async throws(APIError) -> UInt64 {
-        struct Body: Encodable {
-            var url: String
-            var start_ms: Int64?
-            var volume: Int
-        }
-        struct Accepted: Decodable { var play_id: UInt64 }
-        let body = ByteBuffer(bytes: (try? JSONEncoder().encode(Body(url: url, start_ms: startMS, volume: volume))) ?? Data())
+        let body = Self.json(PlayRequest(url: url, startMS: startMS, volume: volume))
         let reply = try await send(.POST, "/session/\(Self.segment(id))/play", body: body)
-        return try Self.decode(Accepted.self, reply).play_id
+        return try Self.decode(PlayStarted.self, reply).playID
     }
 
-    func control(_ id: SessionID, _ name: String, _ body: [String: Int64]) async throws(APIError) {
-        let bytes = body.isEmpty ? nil : ByteBuffer(bytes: (try? JSONEncoder().encode(body)) ?? Data())
-        let reply = try await send(.POST, "/session/\(Self.segment(id))/\(name)", body: bytes)
+    func control(_ id: SessionID, _ control: SessionControl) async throws(APIError) {
+        let reply = try await send(.POST, "/session/\(Self.segment(id))/\(control.name)", body: control.body.map { Self.json($0) })
         _ = try Self.decode(Ignored.self, reply)
     }
 
@@ -103,23 +74,20 @@ struct EngineClient: EngineControl {
     func activePlays() async throws -> [SessionID: UInt64] {
         let response = try await http.execute(HTTPClientRequest(url: baseURL + "/sessions"), timeout: .seconds(5))
         let body = try await response.body.collect(upTo: 4 << 20)
-        struct Listing: Decodable {
-            struct Session: Decodable {
-                var session_id: SessionID
-                var state: String
-                var play_id: UInt64?
-            }
-            var sessions: [Session]
-        }
-        let listing = try JSONDecoder().decode(Listing.self, from: Data(body.readableBytesView))
+        let listing = try JSONDecoder().decode(SessionList.self, from: Data(body.readableBytesView))
         var plays: [SessionID: UInt64] = [:]
-        for session in listing.sessions where ["extracting", "streaming", "paused"].contains(session.state) {
-            plays[session.session_id] = session.play_id
+        for session in listing.sessions where session.state.isActive {
+            plays[session.sessionID] = session.playID
         }
         return plays
     }
 
     private struct Ignored: Decodable {}
+
+    /// A request body as JSON bytes.
+    private static func json(_ body: some Encodable) -> ByteBuffer {
+        ByteBuffer(bytes: (try? JSONCoding.encoder.encode(body)) ?? Data())
+    }
 
     private func send(_ method: HTTPMethod, _ path: String, body: ByteBuffer?, timeout: TimeAmount = .seconds(10))
         async throws(APIError) -> EngineReply

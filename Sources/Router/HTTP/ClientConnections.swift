@@ -8,6 +8,7 @@ import HummingbirdWebSocket
 import Logging
 import NIOCore
 import NIOWebSocket
+import ServiceSupport
 import WireProtocol
 
 struct ClientConnections {
@@ -20,7 +21,7 @@ struct ClientConnections {
     /// connection is cut.
     var closeGrace: TimeAmount = .seconds(2)
 
-    func addRoutes(to router: Hummingbird.Router<TonearmRequestContext>) {
+    func addRoutes(to router: Router<TonearmRequestContext>) {
         router.ws("/ws") { request, _ in
             _ = try access.webSocketSession(request)
             try Self.requireUpgrade(request)
@@ -67,17 +68,17 @@ struct ClientConnections {
         let limited = kind == .browser && !access.isBot(context.request)
         let channel = context.requestContext.channel
         let logger = context.logger
-        await Self.limitBuffering(channel, frames: store.clientBufferFrames)
-        let sink = WebSocketFanOut(
-            eventLoop: channel.eventLoop, window: store.slowWindowFrames, dropLimit: store.slowDropLimit,
-            closeGrace: closeGrace
+        await Self.limitBuffering(channel)
+        let sink = WebSocketSink(
+            eventLoop: channel.eventLoop, queueFrames: store.clientBufferFrames, window: store.slowWindowFrames,
+            dropLimit: store.slowDropLimit, closeGrace: closeGrace
         ) { [store] dropped, reason in
             store.noteSlowClient(droppedFrames: dropped, disconnected: reason != nil)
             if let reason {
                 logger.warning("disconnecting a client that stays behind", metadata: ["session.id": "\(id)", "reason": "\(reason)"])
             }
         }
-        try await WebSocketFanOut.install(sink, in: channel)
+        try await WebSocketSink.install(sink, in: channel)
         // The state goes out first: it is queued on the client's loop before the subscription
         // can queue anything there, inside the controller so no change falls in between, and
         // with the session pinned so it cannot be released before the subscription holds it.
@@ -96,15 +97,16 @@ struct ClientConnections {
     }
 
     /// A reply or the first state, written in order with what the store writes to the client.
-    private func send(_ message: ClientMessage, to sink: WebSocketFanOut) {
+    private func send(_ message: ClientMessage, to sink: WebSocketSink) {
         let bytes = sink.encode(message)
         sink.eventLoop.execute { sink.deliver(bytes, audio: false) }
     }
 
-    /// Keeps what the kernel and NIO hold for one client to a few seconds of audio: Linux would
-    /// otherwise let a client that stopped reading queue up to 4 MB (minutes of Opus). NIO's
-    /// share is `frames` of 128 kbit/s audio: beyond it a WebSocket client's frames are dropped.
-    static func limitBuffering(_ channel: any Channel, frames: Int = 50) async {
+    /// Keeps what the kernel and NIO hold for one client to a moment of audio: Linux would
+    /// otherwise let a client that stopped reading queue up to 4 MB (minutes of Opus), and what
+    /// is handed to the socket can no longer be dropped. NIO holds `frames` of 128 kbit/s audio
+    /// in flight; beyond that, frames wait in the client's `WebSocketSink`, which drops the oldest.
+    static func limitBuffering(_ channel: any Channel, frames: Int = 8) async {
         let high = max(4 * 1024, frames * 330)
         try? await channel.setOption(ChannelOptions.socketOption(.so_sndbuf), value: 32 * 1024).get()
         try? await channel.setOption(
@@ -161,38 +163,4 @@ struct ClientConnections {
                 try await writer.finish(nil)
             })
     }
-}
-
-/// A client's request id, echoed as it came.
-enum RequestID: Codable, Sendable, Equatable {
-    case number(Int64)
-    case text(String)
-
-    init(from decoder: any Decoder) throws {
-        let container = try decoder.singleValueContainer()
-        if let number = try? container.decode(Int64.self) {
-            self = .number(number)
-        } else {
-            self = .text(try container.decode(String.self))
-        }
-    }
-
-    func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
-        switch self {
-        case .number(let number): try container.encode(number)
-        case .text(let text): try container.encode(text)
-        }
-    }
-}
-
-/// `{"type":"reply","id":…,"ok":true,"state":{…}}` or `{"type":"reply","id":…,"ok":false,"error":{…}}`.
-struct CommandReply: Encodable {
-    var type = "reply"
-    var id: RequestID?
-    var ok = false
-    var state: SessionState?
-    var error: ErrorBody.Detail?
-
-    func json() -> String { JSONText.encode(self) }
 }

@@ -3,6 +3,7 @@
 // (`{"op": name, …arguments}`) go through the same parser, so both answer the same errors.
 import Foundation
 import HTTPTypes
+import ServiceSupport
 
 enum CommandParsing {
     /// Every argument any command takes; which are required depends on the command.

@@ -2,6 +2,8 @@
 // `/health/session/{id}` (one session's clients and frames) and `/metrics` (Prometheus text).
 import Foundation
 import Hummingbird
+import NIOCore
+import ServiceSupport
 import WireProtocol
 
 struct OperationsRoutes {
@@ -9,6 +11,7 @@ struct OperationsRoutes {
     let directory: SessionDirectory
     let link: EngineLink
     let startedAt: Date
+    let recorder: RouterMetrics
 
     struct Health: ResponseEncodable {
         struct Engine: Codable {
@@ -59,7 +62,7 @@ struct OperationsRoutes {
         }
     }
 
-    func addRoutes(to router: Hummingbird.Router<TonearmRequestContext>) {
+    func addRoutes(to router: Router<TonearmRequestContext>) {
         router.get("/health") { _, _ -> Health in
             let status = link.status
             let counters = store.counters
@@ -85,39 +88,15 @@ struct OperationsRoutes {
         router.get("/metrics") { _, _ -> Response in
             var headers = HTTPFields()
             headers[.contentType] = "text/plain; version=0.0.4; charset=utf-8"
-            return Response(status: .ok, headers: headers, body: .init(byteBuffer: .init(string: await metrics())))
+            return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: await metrics())))
         }
     }
 
-    /// The Prometheus text exposition, read from the counters the Router keeps anyway.
-    func metrics() async -> String {
-        let counters = store.counters
-        let status = link.status
-        var text = ""
-        func metric(_ name: String, _ type: String, _ help: String, _ samples: [(String, UInt64)]) {
-            text += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
-            for (labels, value) in samples { text += "\(name)\(labels) \(value)\n" }
-        }
-        metric(
-            "tonearm_router_clients", "gauge", "Connected clients by kind.",
-            store.clientsByKind.sorted { $0.key.rawValue < $1.key.rawValue }.map { ("{kind=\"\($0.key.rawValue)\"}", UInt64($0.value)) })
-        metric("tonearm_router_sessions", "gauge", "Sessions the Router holds in memory.", [("", UInt64(store.sessionCount))])
-        metric("tonearm_router_frames_routed_total", "counter", "Opus frames handed to a session's clients.", [("", counters.framesRouted)])
-        metric(
-            "tonearm_router_frames_dropped_total", "counter",
-            "Frames dropped: stale (no such session at the Router) or slow_client (a client's buffer was full).",
-            [("{cause=\"stale\"}", counters.unknownSessionFrames), ("{cause=\"slow_client\"}", counters.slowClientDrops)])
-        metric(
-            "tonearm_router_slow_client_disconnects_total", "counter", "Clients disconnected for staying behind.",
-            [("", counters.slowClientDisconnects)])
-        metric(
-            "tonearm_router_engine_connects_total", "counter", "Successful connections to the engine socket (reconnects = this - 1).",
-            [("", status.connects)])
-        metric("tonearm_router_engine_connected", "gauge", "1 while the engine link is up.", [("", status.connected ? 1 : 0)])
-        metric(
-            "tonearm_router_engine_protocol_errors_total", "counter", "Engine links closed for a protocol error.",
-            [("", status.protocolErrors)])
-        metric("tonearm_router_stale_sessions_released_total", "counter", "Sessions released after the stale-session timeout.", [("", await directory.released)])
-        return text
+    /// The Prometheus text exposition (`RouterMetrics`).
+    func metrics() async -> [UInt8] {
+        let reading = RouterMetrics.Reading(
+            counters: store.counters, link: link.status, staleSessionsReleased: await directory.released,
+            sessions: store.sessionCount, clients: store.clientsByKind)
+        return recorder.exposition(reading)
     }
 }

@@ -1,56 +1,15 @@
 // The Router's HTTP surface: the playground page, identities, the session API (queues and
 // controls through each session's controller), search and resolve (through the engine), the
 // browser and bot WebSockets, Ogg listening, health and metrics.
+import EngineAPI
 import Foundation
 import Hummingbird
 import HummingbirdWebSocket
 import Logging
 import NIOCore
+import ServiceSupport
 import Synchronization
 import WireProtocol
-
-/// The request context: Hummingbird's WebSocket context plus the connection's channel, so a
-/// client that stays behind can be disconnected even while a write to it is pending.
-struct TonearmRequestContext: RequestContext, WebSocketRequestContext {
-    var coreContext: CoreRequestContextStorage
-    let channel: any Channel
-    private let upgrade: WebSocketUpgradeSlot
-
-    init(source: ApplicationRequestContextSource) {
-        coreContext = .init(source: source)
-        channel = source.channel
-        upgrade = WebSocketUpgradeSlot()
-    }
-
-    var webSocket: WebSocketHandlerReference<Self> { upgrade.reference(releasedWhenClosing: channel) }
-}
-
-/// Where a request's WebSocket upgrade handler is kept, for as long as its connection is open.
-///
-/// Hummingbird keeps an upgrade's handler in a box that the request context holds, together with
-/// a copy of that context: box → handler → context → box, a cycle nothing breaks. Held directly,
-/// it kept every WebSocket connection's channel alive after the connection closed (4.4–5.4 KB
-/// each, measured: the Router grew by 5 MB per thousand listeners that came and went). The slot
-/// lets go of the box when the channel closes; by then Hummingbird has long taken the handler
-/// out of it. Plain HTTP requests never ask for the box, so they never register the release.
-final class WebSocketUpgradeSlot: Sendable {
-    private let box = Mutex<WebSocketHandlerReference<TonearmRequestContext>?>(nil)
-
-    func reference(releasedWhenClosing channel: any Channel) -> WebSocketHandlerReference<TonearmRequestContext> {
-        let (reference, created) = box.withLock { box in
-            if let reference = box { return (reference, false) }
-            let reference = WebSocketHandlerReference<TonearmRequestContext>()
-            box = reference
-            return (reference, true)
-        }
-        // Outside the lock: on a channel already closed, NIO may run the release right here.
-        if created { channel.closeFuture.whenComplete { [self] _ in box.withLock { $0 = nil } } }
-        return reference
-    }
-
-    /// Whether a handler box is held (tests).
-    var isHolding: Bool { box.withLock { $0 != nil } }
-}
 
 /// Builds the Router's routes.
 struct RouterApplication {
@@ -63,9 +22,10 @@ struct RouterApplication {
     var identityLimit: RateLimiter? = nil
     var clientAddress = ClientAddress(trustedProxies: TrustedProxies())
     let startedAt = Date()
+    let metrics = RouterMetrics()
 
-    func makeRouter(publicDirectory: String?) -> Hummingbird.Router<TonearmRequestContext> {
-        let router = Hummingbird.Router(context: TonearmRequestContext.self)
+    func makeRouter(publicDirectory: String?) -> Router<TonearmRequestContext> {
+        let router = Router(context: TonearmRequestContext.self)
         router.add(middleware: APIErrorMiddleware())
         if let publicDirectory {
             router.add(middleware: FileMiddleware(publicDirectory, searchForIndexHtml: true))
@@ -106,13 +66,14 @@ struct RouterApplication {
         }
         let clients = ClientConnections(store: store, directory: directory, access: access, link: link, engine: engine)
         clients.addRoutes(to: router)
-        OperationsRoutes(store: store, directory: directory, link: link, startedAt: startedAt).addRoutes(to: router)
+        OperationsRoutes(store: store, directory: directory, link: link, startedAt: startedAt, recorder: metrics)
+            .addRoutes(to: router)
         return router
     }
 
     /// `GET /api/sessions/{id}`, `POST /api/sessions/{id}/{command}`, `DELETE …/queue[/{index}]`.
-    private func addSessionRoutes(to router: Hummingbird.Router<TonearmRequestContext>) {
-        router.get("/api/sessions/:id") { request, context -> SessionState in
+    private func addSessionRoutes(to router: Router<TonearmRequestContext>) {
+        router.get("/api/sessions/:id") { request, context -> SessionView in
             let id = try Self.sessionID(context)
             try access.authorize(request, for: id)
             return try await directory.using(id) { await $0.state }
@@ -188,11 +149,3 @@ struct RouterApplication {
         .badRequest("invalid_session_id", "a session id is required (1 to 24 printable ASCII characters, no spaces)")
     }
 }
-
-extension SessionState: ResponseEncodable {}
-
-/// `GET /api/sessions`: the live sessions, for bot operators.
-struct SessionListing: ResponseEncodable {
-    var sessions: [SessionState]
-}
-extension Resolution: ResponseEncodable {}

@@ -6,51 +6,22 @@
 import NIOCore
 import NIOWebSocket
 
-/// The WebSocket frame bytes of a message (RFC 6455 §5.2, server to client: no mask).
-package enum WebSocketWire {
-    package static func frame(_ message: ClientMessage, allocator: ByteBufferAllocator = ByteBufferAllocator()) -> ByteBuffer {
-        switch message {
-        case .audio(let payload):
-            return frame(opcode: 0x2, payload: payload.readableBytesView, allocator: allocator)
-        case .event(let text):
-            return frame(opcode: 0x1, payload: text.utf8, allocator: allocator)
-        }
-    }
-
-    /// A close frame with `code` and `reason` (the reason cut to fit a control frame's 125 bytes).
-    static func close(code: UInt16, reason: String) -> ByteBuffer {
-        var payload = ByteBuffer()
-        payload.writeInteger(code)
-        payload.writeBytes(reason.utf8.prefix(123))
-        return frame(opcode: 0x8, payload: payload.readableBytesView, allocator: ByteBufferAllocator())
-    }
-
-    static func frame(opcode: UInt8, payload: some Collection<UInt8>, allocator: ByteBufferAllocator) -> ByteBuffer {
-        let count = payload.count
-        var buffer = allocator.buffer(capacity: count + 10)
-        buffer.writeInteger(0x80 | opcode)
-        if count < 126 {
-            buffer.writeInteger(UInt8(count))
-        } else if count <= Int(UInt16.max) {
-            buffer.writeInteger(UInt8(126))
-            buffer.writeInteger(UInt16(count))
-        } else {
-            buffer.writeInteger(UInt8(127))
-            buffer.writeInteger(UInt64(count))
-        }
-        buffer.writeBytes(payload)
-        return buffer
-    }
-}
-
 /// One WebSocket client's end of the fan-out. Sits on the socket side of the WebSocket frame
 /// encoder, so its writes bypass the encoder but still pass every byte-level handler nearer the
 /// socket (TLS); every other write passes through it. Loop-confined state: touched only on
 /// `eventLoop`.
-final class WebSocketFanOut: ChannelOutboundHandler, ClientSink, @unchecked Sendable {
+///
+/// A client that reads slower than the session plays loses its own *oldest* frames, as every
+/// subscriber does (`/listen` too): the channel holds only a few frames in flight (its write
+/// watermarks, `ClientConnections.limitBuffering`); while it is full, frames wait here, at most
+/// `queueFrames` of them, and a newer frame pushes the oldest waiting one out. A client that
+/// catches up hears the present, not a backlog. Events are never dropped and keep their place.
+final class WebSocketSink: ChannelDuplexHandler, ClientSink, @unchecked Sendable {
+    typealias InboundIn = Any
     typealias OutboundIn = Any
 
     let eventLoop: any EventLoop
+    private let queueFrames: Int
     private let window: Int
     private let dropLimit: Int
     private let closeGrace: TimeAmount
@@ -58,16 +29,20 @@ final class WebSocketFanOut: ChannelOutboundHandler, ClientSink, @unchecked Send
     /// some, and once with the reason when the client is disconnected for staying behind.
     private let report: @Sendable (_ dropped: UInt64, _ disconnectReason: String?) -> Void
     private var context: ChannelHandlerContext?
+    /// Messages waiting for the channel to become writable, oldest first.
+    private var waiting = CircularBuffer<(bytes: ByteBuffer, audio: Bool)>()
+    private var waitingAudio = 0
     private var framesInWindow = 0
     private var droppedInWindow = 0
     private var droppedSinceReport: UInt64 = 0
     private var slow = false
 
     init(
-        eventLoop: any EventLoop, window: Int, dropLimit: Int, closeGrace: TimeAmount,
+        eventLoop: any EventLoop, queueFrames: Int, window: Int, dropLimit: Int, closeGrace: TimeAmount,
         report: @escaping @Sendable (_ dropped: UInt64, _ disconnectReason: String?) -> Void
     ) {
         self.eventLoop = eventLoop
+        self.queueFrames = max(1, queueFrames)
         self.window = window
         self.dropLimit = dropLimit
         self.closeGrace = closeGrace
@@ -76,7 +51,7 @@ final class WebSocketFanOut: ChannelOutboundHandler, ClientSink, @unchecked Send
 
     /// Adds `sink` to a WebSocket channel's pipeline just before its frame encoder. (Added first
     /// in the pipeline it would write around TLS: plain bytes on an encrypted connection.)
-    static func install(_ sink: WebSocketFanOut, in channel: any Channel) async throws {
+    static func install(_ sink: WebSocketSink, in channel: any Channel) async throws {
         try await channel.eventLoop.submit {
             let pipeline = channel.pipeline.syncOperations
             try pipeline.addHandler(sink, position: .before(try pipeline.handler(type: WebSocketFrameEncoder.self)))
@@ -84,37 +59,75 @@ final class WebSocketFanOut: ChannelOutboundHandler, ClientSink, @unchecked Send
     }
 
     func handlerAdded(context: ChannelHandlerContext) { self.context = context }
-    func handlerRemoved(context: ChannelHandlerContext) { self.context = nil }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        self.context = nil
+        waiting.removeAll()
+        waitingAudio = 0
+    }
 
     func encode(_ message: ClientMessage) -> ByteBuffer { WebSocketWire.frame(message) }
 
+    /// Audio frames waiting for the client (for tests and health).
+    var waitingFrames: Int { waitingAudio }
+
     func deliver(_ bytes: ByteBuffer, audio: Bool) {
         guard let context, !slow else { return }
-        guard audio else {
+        if waiting.isEmpty && context.channel.isWritable {
             context.writeAndFlush(NIOAny(bytes), promise: nil)
-            return
+        } else {
+            waiting.append((bytes, audio))
+            if audio { waitingAudio += 1 }
         }
-        // The channel's write-buffer watermarks are the client's buffer: beyond them, frames drop.
-        let lost = !context.channel.isWritable
-        if !lost { context.writeAndFlush(NIOAny(bytes), promise: nil) }
+        guard audio else { return }
         framesInWindow += 1
-        if lost {
+        if waitingAudio > queueFrames {
+            dropOldestAudio()
             droppedInWindow += 1
             droppedSinceReport += 1
         }
         if droppedInWindow > dropLimit {
-            slow = true
-            let reason = "too slow: lost \(droppedInWindow) of the last \(framesInWindow) audio frames"
-            report(droppedSinceReport, reason)
-            // Say why, then cut the connection if the close frame cannot get out either.
-            context.writeAndFlush(NIOAny(WebSocketWire.close(code: 1008, reason: reason)), promise: nil)
-            let channel = context.channel
-            eventLoop.scheduleTask(in: closeGrace) { channel.close(promise: nil) }
+            disconnect(context)
         } else if framesInWindow >= window {
             if droppedSinceReport > 0 { report(droppedSinceReport, nil) }
             framesInWindow = 0
             droppedInWindow = 0
             droppedSinceReport = 0
         }
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable && !slow {
+            var wrote = false
+            while context.channel.isWritable, let next = waiting.popFirst() {
+                if next.audio { waitingAudio -= 1 }
+                context.write(NIOAny(next.bytes), promise: nil)
+                wrote = true
+            }
+            if wrote { context.flush() }
+        }
+        context.fireChannelWritabilityChanged()
+    }
+
+    /// Removes the oldest waiting audio frame (events ahead of it keep their place).
+    private func dropOldestAudio() {
+        if waiting.first?.audio == true {
+            waiting.removeFirst()
+        } else if let index = waiting.firstIndex(where: { $0.audio }) {
+            waiting.remove(at: index)
+        }
+        waitingAudio -= 1
+    }
+
+    /// Tells the client why, then cuts the connection if the close frame cannot get out either.
+    private func disconnect(_ context: ChannelHandlerContext) {
+        slow = true
+        let reason = "too slow: lost \(droppedInWindow) of the last \(framesInWindow) audio frames"
+        report(droppedSinceReport, reason)
+        waiting.removeAll()
+        waitingAudio = 0
+        context.writeAndFlush(NIOAny(WebSocketWire.close(code: 1008, reason: reason)), promise: nil)
+        let channel = context.channel
+        eventLoop.scheduleTask(in: closeGrace) { channel.close(promise: nil) }
     }
 }

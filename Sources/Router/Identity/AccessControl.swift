@@ -3,6 +3,7 @@
 // clients that cannot set headers, such as <audio> elements).
 import Hummingbird
 import HTTPTypes
+import ServiceSupport
 import WireProtocol
 
 /// Checks requests against identity tokens and the bot token.

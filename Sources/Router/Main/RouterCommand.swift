@@ -3,7 +3,7 @@
 import ArgumentParser
 import Foundation
 import Logging
-import Router
+import TonearmRouter
 
 @main
 struct RouterCommand: AsyncParsableCommand {

@@ -3,6 +3,7 @@
 // Writes go through `PersistenceWriter`, which coalesces them off the audio path.
 import Foundation
 import GRDB
+import ServiceSupport
 import WireProtocol
 
 /// The Router's SQLite file.
@@ -46,7 +47,7 @@ struct SessionDatabase: Sendable {
         for (raw, json) in rows {
             guard let id = try? SessionID(raw),
                 let snapshot = try? JSONDecoder().decode(SessionSnapshot.self, from: Data(json.utf8)),
-                snapshot.queue.playback != .idle
+                snapshot.queue.status != .idle
             else { continue }
             active[id] = snapshot
         }
@@ -55,9 +56,9 @@ struct SessionDatabase: Sendable {
 
     /// Writes a batch of snapshots in one transaction.
     func save(_ batch: [SessionID: SessionSnapshot]) async throws {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = .sortedKeys
-        let rows = try batch.map { ($0.key.description, String(decoding: try encoder.encode($0.value), as: UTF8.self)) }
+        let rows = try batch.map {
+            ($0.key.description, String(decoding: try JSONCoding.encoder.encode($0.value), as: UTF8.self))
+        }
         let now = Date().timeIntervalSince1970
         try await writer.write { db in
             for (id, json) in rows {

@@ -6,86 +6,11 @@
 // doing; an event of any other play is stale and dropped. The controller's `intent` counts the
 // user's commands that choose what plays; a play whose URL was still resolving when a newer such
 // command arrived is dropped, so the last click wins whatever order the resolves finish in.
+import EngineAPI
 import Foundation
 import HTTPTypes
+import ServiceSupport
 import WireProtocol
-
-/// A command from a user or bot, the same over REST and WebSocket.
-enum SessionCommand: Sendable, Equatable {
-    case play(url: String)
-    case enqueue(url: String)
-    case remove(index: Int)
-    case clear
-    case jump(index: Int)
-    case next
-    case previous
-    case pause
-    case resume
-    case stop
-    case seek(positionMS: Int64)
-    case volume(Int)
-    case loop(LoopMode)
-    case shuffle
-
-    /// Whether the command can make the engine start a play (and so take one of its sessions).
-    var mayStartPlay: Bool {
-        switch self {
-        case .play, .enqueue, .jump, .next, .previous, .resume: true
-        case .remove, .clear, .pause, .stop, .seek, .volume, .loop, .shuffle: false
-        }
-    }
-}
-
-/// What is kept of a session across Router restarts.
-struct SessionSnapshot: Sendable, Equatable, Codable {
-    var queue = SessionQueue()
-    var volume = 100
-    var positionMS: Int64 = 0
-    /// The engine play of the queue's current generation, while there is one.
-    var playID: UInt64?
-
-    enum CodingKeys: String, CodingKey {
-        case queue, volume
-        case positionMS = "position_ms"
-        case playID = "play_id"
-    }
-}
-
-/// A session's state as clients see it (`GET /api/sessions/{id}`, `{"type":"state"}` messages).
-struct SessionState: Sendable, Equatable, Codable {
-    var type = "state"
-    var sessionID: String
-    /// `idle`, `starting`, `playing` or `paused`.
-    var status: String
-    var current: Int?
-    var nowPlaying: Track?
-    var queue: [Track]
-    var positionMS: Int64
-    var durationMS: Int64?
-    var volume: Int
-    var paused: Bool
-    var loop: LoopMode
-    /// Connected clients, in the operator's listing (`GET /api/sessions`) only.
-    var clients: Int?
-
-    enum CodingKeys: String, CodingKey {
-        case type, status, current, queue, volume, paused, loop, clients
-        case sessionID = "session_id"
-        case nowPlaying = "now_playing"
-        case positionMS = "position_ms"
-        case durationMS = "duration_ms"
-    }
-
-    func json() -> String { JSONText.encode(self) }
-}
-
-/// Where a controller's changes go: clients hear the new state, the database keeps it.
-struct SessionSink: Sendable {
-    /// A JSON text message for every client of the session.
-    var broadcast: @Sendable (SessionID, String) -> Void
-    /// The snapshot to persist (coalesced and written off the audio path).
-    var persist: @Sendable (SessionID, SessionSnapshot) -> Void
-}
 
 actor SessionController {
     nonisolated let id: SessionID
@@ -120,22 +45,22 @@ actor SessionController {
     }
 
     /// The engine play this session believes is in progress.
-    var activePlayID: UInt64? { snapshot.queue.playback == .idle ? nil : snapshot.playID }
+    var activePlayID: UInt64? { snapshot.queue.status == .idle ? nil : snapshot.playID }
 
-    var isIdle: Bool { snapshot.queue.playback == .idle }
+    var isIdle: Bool { snapshot.queue.status == .idle }
 
-    var state: SessionState {
+    var state: SessionView {
         let queue = snapshot.queue
-        return SessionState(
-            sessionID: id.description, status: "\(queue.playback)", current: queue.current,
+        return SessionView(
+            sessionID: id.description, status: "\(queue.status)", current: queue.current,
             nowPlaying: queue.currentTrack, queue: queue.tracks, positionMS: position,
-            durationMS: queue.currentTrack?.durationMS, volume: snapshot.volume, paused: queue.playback == .paused,
+            durationMS: queue.currentTrack?.durationMS, volume: snapshot.volume, paused: queue.status == .paused,
             loop: queue.loop)
     }
 
     /// Runs `join` on the controller with the current state, so no state change falls between
     /// the state a client gets first and its subscription (every change is broadcast from here).
-    func withCurrentState<T: Sendable>(_ join: @Sendable (SessionState) -> T) -> T { join(state) }
+    func withCurrentState<T: Sendable>(_ join: @Sendable (SessionView) -> T) -> T { join(state) }
 
     /// The furthest seek accepted: the engine's bound on positions (2^40 ms, about 35 years).
     static let maxPositionMS: Int64 = 1 << 40
@@ -153,7 +78,7 @@ actor SessionController {
 
     /// Where the current track is now, in ms.
     var position: Int64 {
-        guard snapshot.queue.playback == .playing else { return snapshot.positionMS }
+        guard snapshot.queue.status == .playing else { return snapshot.positionMS }
         let elapsed = ContinuousClock.now - positionAt
         let moved = elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000
         let position = snapshot.positionMS + moved
@@ -164,7 +89,7 @@ actor SessionController {
 
     /// Carries out a command and answers the state after it.
     @discardableResult
-    func perform(_ command: SessionCommand) async throws(APIError) -> SessionState {
+    func perform(_ command: SessionCommand) async throws(APIError) -> SessionView {
         lastActive = .now
         switch command {
         case .play(let url):
@@ -212,11 +137,11 @@ actor SessionController {
             guard (0...Self.maxPositionMS).contains(target) else {
                 throw .badRequest("invalid_position", "position_ms must be from 0 to \(Self.maxPositionMS)")
             }
-            guard snapshot.queue.playback == .playing || snapshot.queue.playback == .paused else {
+            guard snapshot.queue.status == .playing || snapshot.queue.status == .paused else {
                 throw APIError(status: .conflict, code: "invalid_state", message: "nothing is playing to seek in")
             }
             let generation = snapshot.queue.generation
-            try await engine.control(id, "seek", ["position_ms": target].merging(playTarget) { $1 })
+            try await engine.control(id, .seek(positionMS: target, playID: snapshot.playID))
             // Another command may have replaced the track meanwhile; the seek was for the old one.
             guard snapshot.queue.generation == generation else { break }
             setPosition(target)
@@ -225,7 +150,7 @@ actor SessionController {
             guard (0...1000).contains(volume) else {
                 throw .badRequest("invalid_volume", "volume is a percentage from 0 to 1000 (100 = unchanged)")
             }
-            if snapshot.queue.playback != .idle { try await engine.control(id, "volume", ["volume": Int64(volume)]) }
+            if snapshot.queue.status != .idle { try await engine.control(id, .volume(volume)) }
             snapshot.volume = volume
             changed()
         case .loop(let mode):
@@ -239,13 +164,14 @@ actor SessionController {
     /// Runs one queue input and carries out what it asks for.
     private func apply(_ input: SessionQueue.Input) async throws(APIError) {
         // Pause and resume change the queue only once the engine has done them.
-        if input == .pause || input == .resume, snapshot.queue.playback != .idle {
+        if input == .pause || input == .resume, snapshot.queue.status != .idle {
             var trial = snapshot.queue
             let action = trial.handle(input)
             if case .refuse(let refusal) = action { throw Self.error(refusal) }
             let generation = snapshot.queue.generation
             // Named by play id, the engine refuses it if that play has been replaced meanwhile.
-            try await engine.control(id, input == .pause ? "pause" : "resume", playTarget)
+            try await engine.control(
+                id, input == .pause ? .pause(playID: snapshot.playID) : .resume(playID: snapshot.playID))
             // And if the queue moved on while the engine answered, the new track's state stands.
             guard snapshot.queue.generation == generation else { return }
             if snapshot.queue.handle(input) != .none {
@@ -287,7 +213,7 @@ actor SessionController {
         case .stop:
             snapshot.playID = nil
             changed()
-            try await engine.control(id, "stop", [:])
+            try await engine.control(id, .stop)
         case .pause, .resume:
             changed()
         case .updated:
@@ -361,23 +287,7 @@ actor SessionController {
         }
     }
 
-    /// After a restart of either process: the engine no longer has this session's play.
-    func playLost() {
-        guard let generation = snapshot.playID.flatMap({ plays[$0] }), generation == snapshot.queue.generation else {
-            return
-        }
-        if let playID = snapshot.playID { plays.removeValue(forKey: playID) }
-        snapshot.playID = nil
-        _ = snapshot.queue.handle(.finished(generation: generation, reason: .other))
-        changed()
-    }
-
     // MARK: Helpers
-
-    /// `play_id` of the engine play this session is on, for controls meant for that play only.
-    private var playTarget: [String: Int64] {
-        snapshot.playID.map { ["play_id": Int64(clamping: $0)] } ?? [:]
-    }
 
     private func setPosition(_ position: Int64) {
         snapshot.positionMS = position
@@ -399,33 +309,4 @@ actor SessionController {
         case .invalidState(let message): APIError(status: .conflict, code: "invalid_state", message: message)
         }
     }
-}
-
-/// One JSON object as the text of a WebSocket message: sorted keys, slashes unescaped.
-enum JSONText {
-    private static let encoder: JSONEncoder = {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.withoutEscapingSlashes, .sortedKeys]
-        return encoder
-    }()
-
-    static func encode(_ value: some Encodable) -> String {
-        // The Router's messages are structs of strings, numbers and booleans: encoding cannot fail.
-        String(decoding: (try? encoder.encode(value)) ?? Data("{}".utf8), as: UTF8.self)
-    }
-}
-
-/// An error the Router itself reports to a session's clients (`{"type":"error",…}`).
-struct ErrorEvent: Encodable {
-    var type = "error"
-    var sessionID: String
-    var code: String
-    var message: String
-
-    enum CodingKeys: String, CodingKey {
-        case type, code, message
-        case sessionID = "session_id"
-    }
-
-    func json() -> String { JSONText.encode(self) }
 }

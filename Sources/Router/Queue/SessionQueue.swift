@@ -36,7 +36,7 @@ enum LoopMode: String, Sendable, Codable, CaseIterable {
 
 /// The queue of one session and the rules for changing it.
 struct SessionQueue: Sendable, Equatable, Codable {
-    enum Playback: Sendable, Equatable, Codable {
+    enum Status: Sendable, Equatable, Codable {
         case idle
         /// Asked the engine to play the current track for this generation; no `ready` yet.
         case starting
@@ -104,10 +104,16 @@ struct SessionQueue: Sendable, Equatable, Codable {
     private(set) var current: Int?
     private(set) var loop: LoopMode = .off
     private(set) var generation: UInt64 = 0
-    private(set) var playback: Playback = .idle
+    private(set) var status: Status = .idle
     /// Tracks that failed in a row; when every track has failed the queue stops instead of
     /// cycling through errors for ever.
     private(set) var failuresInARow = 0
+
+    /// `status` is stored under its first name, so queues saved before the rename still load.
+    enum CodingKeys: String, CodingKey {
+        case tracks, current, loop, generation, failuresInARow
+        case status = "playback"
+    }
 
     init() {}
 
@@ -125,7 +131,7 @@ struct SessionQueue: Sendable, Equatable, Codable {
             guard !added.isEmpty else { return .none }
             tracks.append(contentsOf: added)
             // An idle queue starts playing what was added.
-            if playback == .idle && autoplay { return start(at: tracks.count - added.count) }
+            if status == .idle && autoplay { return start(at: tracks.count - added.count) }
             return .updated
 
         case .remove(let index):
@@ -166,22 +172,22 @@ struct SessionQueue: Sendable, Equatable, Codable {
             return start(at: loop == .queue ? tracks.count - 1 : playing)
 
         case .stop:
-            guard playback != .idle else { return .none }
+            guard status != .idle else { return .none }
             return stopAll(keepIndex: true)
 
         case .pause:
-            guard playback == .playing else {
-                return .refuse(.invalidState(playback == .paused ? "already paused" : "nothing is playing"))
+            guard status == .playing else {
+                return .refuse(.invalidState(status == .paused ? "already paused" : "nothing is playing"))
             }
-            playback = .paused
+            status = .paused
             return .pause
 
         case .resume:
-            if playback == .idle, let stopped = current { return start(at: stopped) }
-            guard playback == .paused else {
-                return .refuse(.invalidState(playback == .playing ? "already playing" : "nothing is paused"))
+            if status == .idle, let stopped = current { return start(at: stopped) }
+            guard status == .paused else {
+                return .refuse(.invalidState(status == .playing ? "already playing" : "nothing is paused"))
             }
-            playback = .playing
+            status = .playing
             return .resume
 
         case .setLoop(let mode):
@@ -196,18 +202,18 @@ struct SessionQueue: Sendable, Equatable, Codable {
             return .updated
 
         case .ready(let generation, let title, let durationMS):
-            guard generation == self.generation, playback == .starting, let playing = current else { return .none }
-            playback = .playing
+            guard generation == self.generation, status == .starting, let playing = current else { return .none }
+            status = .playing
             failuresInARow = 0
             if tracks[playing].title == nil { tracks[playing].title = title }
             if tracks[playing].durationMS == nil { tracks[playing].durationMS = durationMS }
             return .updated
 
         case .finished(let generation, let reason):
-            guard generation == self.generation, playback != .idle, let playing = current else { return .none }
+            guard generation == self.generation, status != .idle, let playing = current else { return .none }
             switch reason {
             case .other:
-                playback = .idle
+                status = .idle
                 return .updated
             case .finished, .error:
                 if reason == .error {
@@ -227,14 +233,14 @@ struct SessionQueue: Sendable, Equatable, Codable {
     private mutating func start(at index: Int) -> Action {
         current = index
         generation += 1
-        playback = .starting
+        status = .starting
         return .play(tracks[index], generation: generation)
     }
 
     private mutating func stopAll(keepIndex: Bool, tellEngine: Bool = true) -> Action {
-        let wasActive = playback != .idle
+        let wasActive = status != .idle
         generation += 1
-        playback = .idle
+        status = .idle
         if !keepIndex || (current.map { !tracks.indices.contains($0) } ?? false) { current = nil }
         return wasActive && tellEngine ? .stop : .updated
     }

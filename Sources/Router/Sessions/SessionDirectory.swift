@@ -4,6 +4,7 @@
 import HTTPTypes
 import Logging
 import ServiceLifecycle
+import ServiceSupport
 import WireProtocol
 
 actor SessionDirectory {
@@ -76,8 +77,8 @@ actor SessionDirectory {
     }
 
     /// Every session in memory, with its client count, ordered by id (the operator's view).
-    func listing() async -> [SessionState] {
-        var states: [SessionState] = []
+    func listing() async -> [SessionView] {
+        var states: [SessionView] = []
         for (id, controller) in controllers.sorted(by: { $0.key.description < $1.key.description }) {
             var state = await controller.state
             state.clients = store.subscriberCount(id)

@@ -6,9 +6,10 @@
 // consistent (its current index inside it, at most `maxQueueLength` tracks). The same lines are
 // also tried as session ids from a path and a query, and as identity tokens.
 import Foundation
+import ServiceSupport
 import WireProtocol
 
-@testable import Router
+@testable import TonearmRouter
 import CFuzzDriver
 
 let tokens = IdentityTokens(secret: Data(repeating: 7, count: 32))

@@ -6,6 +6,7 @@
 // than the wire carries.
 import CFFmpeg
 import Foundation
+import ServiceSupport
 import WireProtocol
 
 @testable import AudioEngine
@@ -35,7 +36,7 @@ public func fuzzMedia(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
             precondition(!packet.isEmpty && packet.count <= limit, "a packet of \(packet.count) bytes")
         }
     } catch {
-        // A refusal (ControlError, or the encoder's OpusError): the session gets an error event.
+        // A refusal (APIError, or the encoder's OpusError): the session gets an error event.
     }
     return 0
 }

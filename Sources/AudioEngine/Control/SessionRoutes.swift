@@ -1,0 +1,60 @@
+// `/session/{id}/…` and `/sessions`: a session's play and its controls.
+import EngineAPI
+import Foundation
+import Hummingbird
+import ServiceSupport
+
+extension PlayStarted: ResponseEncodable {}
+extension SessionInfo: ResponseEncodable {}
+extension SessionList: ResponseEncodable {}
+extension StopResult: ResponseEncodable {}
+
+extension ControlAPI {
+    func addSessionRoutes(to router: Router<some RequestContext>) {
+        router.post("/session/:id/play") { request, context -> EditedResponse<PlayStarted> in
+            let id = try Self.sessionID(context)
+            let body = try await Self.decode(PlayRequest.self, request, context)
+            guard let url = body.url, !url.trimmingCharacters(in: .whitespaces).isEmpty else {
+                throw APIError.badRequest(
+                    "missing_url", "the body needs \"url\": an http(s) URL or a file name inside the media directory")
+            }
+            let started = try manager.play(sessionID: id, url: url, startMS: body.startMS ?? 0, volume: body.volume)
+            return EditedResponse(status: .accepted, response: started)
+        }
+        router.post("/session/:id/stop") { _, context -> StopResult in
+            let id = try Self.sessionID(context)
+            return StopResult(sessionID: id, stopped: manager.stop(sessionID: id))
+        }
+        router.post("/session/:id/pause") { request, context -> SessionInfo in
+            let id = try Self.sessionID(context)
+            let target = try await Self.decode(PlayTarget.self, request, context, empty: PlayTarget())
+            return try manager.pause(sessionID: id, playID: target.playID)
+        }
+        router.post("/session/:id/resume") { request, context -> SessionInfo in
+            let id = try Self.sessionID(context)
+            let target = try await Self.decode(PlayTarget.self, request, context, empty: PlayTarget())
+            return try manager.resume(sessionID: id, playID: target.playID)
+        }
+        router.post("/session/:id/volume") { request, context -> SessionInfo in
+            let id = try Self.sessionID(context)
+            guard let volume = try await Self.decode(VolumeRequest.self, request, context).volume else {
+                throw APIError.badRequest("invalid_volume", "the body needs \"volume\": a percentage from 0 to 1000")
+            }
+            return try manager.setVolume(sessionID: id, volume: volume)
+        }
+        router.post("/session/:id/seek") { request, context -> SessionInfo in
+            let id = try Self.sessionID(context)
+            let body = try await Self.decode(SeekRequest.self, request, context)
+            guard let position = body.positionMS else {
+                throw APIError.badRequest("invalid_position", "the body needs \"position_ms\": milliseconds from the start")
+            }
+            return try manager.seek(sessionID: id, positionMS: position, playID: body.playID)
+        }
+        router.get("/session/:id") { _, context -> SessionInfo in
+            try manager.info(sessionID: try Self.sessionID(context))
+        }
+        router.get("/sessions") { _, _ -> SessionList in
+            SessionList(sessions: manager.list())
+        }
+    }
+}

@@ -1,0 +1,25 @@
+// What the engine keeps per session id, under the manager's lock.
+import EngineAPI
+import WireProtocol
+
+/// One engine session: its state machine, its current play and what is known of it.
+struct EngineSession {
+    var machine = SessionStateMachine()
+    var volume = 100
+    var playback: Playback?
+    var url: String?
+    var metadata: TrackMetadata?
+    var title: String?
+    var durationMS: Int64?
+    var passthrough = false
+    /// Position of the first frame sent since the play started or last seeked.
+    var positionBaseMS: Int64 = 0
+    var framesSinceBase: UInt64 = 0
+    /// A frame of the current play (since its start or last seek) has gone out: from then on a
+    /// missing frame counts as nulled.
+    var playStarted = false
+    var counters = FrameCounters()
+    var lastChange = ContinuousClock.now
+
+    var positionMS: Int64 { MediaTime.sum(positionBaseMS, Int64(min(framesSinceBase, 1 << 40)) * 20) }
+}

@@ -1,0 +1,18 @@
+// The settings of every play: the encoded lead, the encoder, the engine's limits.
+import Foundation
+
+/// How far ahead sessions encode, the encoder settings, and the engine's limits.
+package struct PlaybackConfiguration: Sendable {
+    /// Encoded lead in 20 ms frames. Volume changes reach the socket after at most this many
+    /// frames, so it is kept small; the compressed read-ahead (seconds) absorbs network stalls.
+    var leadFrames = 2
+    var encoder = OpusEncoderConfiguration()
+    /// Sessions with a play in progress (extracting, streaming or paused) at once.
+    package var maxSessions = 60
+    /// A stopped, finished, errored or paused session is removed after this long.
+    var idleTimeout: Duration = .seconds(300)
+    /// Frames between `progress` events (50 = once a second).
+    package var progressInterval: UInt64 = 50
+
+    package init() {}
+}

@@ -1,0 +1,155 @@
+// The pacer's side of the manager: each tick, the events waiting and one frame per streaming
+// session go into the tick's batch, in the order the wire promises (a play's `ready` before its
+// first frame, its last frame before its `finished`).
+import CoreMetrics
+import EngineAPI
+import Logging
+import ServiceSupport
+import Synchronization
+import WireProtocol
+
+extension SessionManager {
+    /// Appends this tick's events and one frame per streaming session to `batch`, counts late
+    /// ticks as deficit, and removes idle sessions. Called from the pacer thread only.
+    package func collectTick(into batch: inout TickBatch, lateTicks: UInt64) {
+        var refill: [Playback] = []
+        var retired: [Playback] = []
+        let refillAt = max(configuration.leadFrames - 1, 0)
+        state.withLock { state in
+            for event in state.pendingEvents { batch.append(event) }
+            state.pendingEvents.removeAll(keepingCapacity: true)
+            state.ticks += 1
+            var tickTotals = FrameCounters()
+            // Walked by index, in place: `indices` would hold a second reference to the table, so
+            // the first update copied every session (profiled: a retain per field per session
+            // per tick), and reading `values[index]` would copy one session.
+            var index = state.sessions.startIndex
+            while index != state.sessions.endIndex {
+                defer { index = state.sessions.index(after: index) }
+                let id = state.sessions.keys[index]
+                guard let playback = state.sessions.values[index].playback else { continue }
+                let counted = drain(id, playback, &state.sessions.values[index], into: &batch, lateTicks: lateTicks)
+                tickTotals.add(counted)
+                if state.sessions.values[index].playback == nil {
+                    retired.append(playback)
+                } else if playback.claimFill(refillAt: refillAt) {
+                    refill.append(playback)
+                }
+            }
+            state.totals.add(tickTotals)
+            if tickTotals.sent > 0 { metrics.framesSent.increment(by: Int64(tickTotals.sent)) }
+            if tickTotals.nulled > 0 { metrics.framesNulled.increment(by: Int64(tickTotals.nulled)) }
+            if tickTotals.deficit > 0 { metrics.framesDeficit.increment(by: Int64(tickTotals.deficit)) }
+            if state.ticks % 50 == 0 { removeIdle(&state, into: &batch, retired: &retired) }
+        }
+        schedule(refill, on: workers, claimed: true)
+        retire(retired)
+    }
+
+    /// Moves the leading markers and at most one frame of the session's playback into the batch
+    /// and counts the deadline's outcome. An ended play is taken off the session.
+    private func drain(
+        _ id: SessionID, _ playback: Playback, _ session: inout EngineSession, into batch: inout TickBatch,
+        lateTicks: UInt64
+    ) -> FrameCounters {
+        var counted = FrameCounters()
+        let playing = session.machine.state
+        guard playing == .streaming || playing == .extracting else { return counted }
+        if playing == .streaming && session.playStarted { counted.deficit = lateTicks }
+        while true {
+            guard let head = playback.nextOutboxItem() else {
+                if session.machine.state == .streaming && session.playStarted { counted.nulled += 1 }
+                break
+            }
+            switch head {
+            case .opened(let info, let passthrough):
+                opened(id, playback, info: info, passthrough: passthrough, &session, into: &batch)
+                continue  // a marker: the frame, if any, follows it in this tick
+            case .frame(let packet, let passthrough):
+                if batch.append(packet, for: id) { counted.sent = 1 } else { counted.nulled = 1 }
+                sent(id, playback, passthrough: passthrough, &session, into: &batch)
+            case .end(let reason, let error):
+                ended(id, playback, reason: reason, error: error, &session, into: &batch)
+            }
+            break
+        }
+        session.counters.add(counted)
+        return counted
+    }
+
+    /// The play's source opened: `ready`, with what is known of the track.
+    private func opened(
+        _ id: SessionID, _ playback: Playback, info: MediaInfo, passthrough: Bool, _ session: inout EngineSession,
+        into batch: inout TickBatch
+    ) {
+        guard session.machine.handle(.opened(playID: playback.playID)) == .emitReady else { return }
+        session.title = session.metadata?.title ?? info.title ?? playback.outbox.withLock { $0.source?.displayName }
+        session.durationMS = session.metadata?.durationMS ?? info.durationMS
+        session.passthrough = passthrough
+        session.lastChange = .now
+        batch.append(
+            WireEvent(
+                type: .ready, sessionID: id, playID: playback.playID, url: playback.url, title: session.title,
+                durationMS: session.durationMS, positionMS: session.positionMS, volume: session.volume,
+                passthrough: passthrough))
+    }
+
+    /// A frame went into the batch: the position moves on, `progress` once a second.
+    private func sent(
+        _ id: SessionID, _ playback: Playback, passthrough: Bool, _ session: inout EngineSession,
+        into batch: inout TickBatch
+    ) {
+        session.playStarted = true
+        session.framesSinceBase += 1
+        session.passthrough = passthrough
+        if session.framesSinceBase % configuration.progressInterval == 0 {
+            batch.append(WireEvent(type: .progress, sessionID: id, playID: playback.playID, positionMS: session.positionMS))
+        }
+    }
+
+    /// The play ran out or failed: `finished`, or `error` then `finished`.
+    private func ended(
+        _ id: SessionID, _ playback: Playback, reason: FinishReason, error: APIError?, _ session: inout EngineSession,
+        into batch: inout TickBatch
+    ) {
+        let input: SessionStateMachine.Input =
+            reason == .finished ? .ended(playID: playback.playID) : .failed(playID: playback.playID)
+        switch session.machine.handle(input) {
+        case .finish:
+            batch.append(Self.finished(id, playback.playID, .finished))
+        case .fail:
+            let error = error ?? APIError.wrap(MediaError(kind: .decodeFailed, message: "the play failed"))
+            batch.append(
+                WireEvent(type: .error, sessionID: id, playID: playback.playID, code: error.code, message: error.message))
+            batch.append(Self.finished(id, playback.playID, .error))
+            metrics.sourceErrors.increment()
+            logger.warning(
+                "play failed", metadata: ["session.id": "\(id)", "play.id": "\(playback.playID)", "error": "\(error)"])
+        default:
+            break
+        }
+        session.playback = nil
+        session.lastChange = .now
+    }
+
+    /// Sessions left stopped, finished, errored or paused past the idle timeout go.
+    private func removeIdle(_ state: inout State, into batch: inout TickBatch, retired: inout [Playback]) {
+        let now = ContinuousClock.now
+        var removed: [SessionID] = []
+        for index in state.sessions.indices {
+            let id = state.sessions.keys[index]
+            guard now - state.sessions.values[index].lastChange >= configuration.idleTimeout else { continue }
+            guard case .remove(let playID) = state.sessions.values[index].machine.handle(.idleTimeout) else { continue }
+            if let playID {
+                state.sessions.values[index].playback?.cancel()
+                if let playback = state.sessions.values[index].playback { retired.append(playback) }
+                batch.append(Self.finished(id, playID, .cleanup))
+            }
+            removed.append(id)
+        }
+        for id in removed {
+            state.sessions.removeValue(forKey: id)
+            logger.info("idle session removed", metadata: ["session.id": "\(id)"])
+        }
+    }
+}

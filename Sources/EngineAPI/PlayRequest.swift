@@ -1,0 +1,23 @@
+// `POST /session/{id}/play`: what to play, from where, how loud.
+
+/// The body of a play request. Every field is optional on the wire so that a missing one gets a
+/// clear refusal from the engine rather than a decoding error.
+public struct PlayRequest: Sendable, Equatable, Codable {
+    /// An http(s) URL, a page yt-dlp understands, or a file name inside the media directory.
+    public var url: String?
+    /// Where to start, in ms from the beginning (0 when absent).
+    public var startMS: Int64?
+    /// A percentage from 0 to 1000 (100 when absent).
+    public var volume: Int?
+
+    public init(url: String?, startMS: Int64? = nil, volume: Int? = nil) {
+        self.url = url
+        self.startMS = startMS
+        self.volume = volume
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case url, volume
+        case startMS = "start_ms"
+    }
+}

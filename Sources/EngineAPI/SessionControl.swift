@@ -1,0 +1,45 @@
+// The controls of a session's current play, as the Router sends them: `POST /session/{id}/<name>`
+// with the body the engine's route decodes (`PlayTarget`, `SeekRequest`, `VolumeRequest`).
+
+/// One control of an engine session.
+public enum SessionControl: Sendable, Equatable, CustomStringConvertible {
+    case pause(playID: UInt64?)
+    case resume(playID: UInt64?)
+    case stop
+    case seek(positionMS: Int64, playID: UInt64?)
+    case volume(Int)
+
+    /// The last path segment of the control's route.
+    public var name: String {
+        switch self {
+        case .pause: "pause"
+        case .resume: "resume"
+        case .stop: "stop"
+        case .seek: "seek"
+        case .volume: "volume"
+        }
+    }
+
+    /// The JSON body of the request, nil for none.
+    public var body: (any Encodable & Sendable)? {
+        switch self {
+        case .pause(let playID), .resume(let playID): playID.map { PlayTarget(playID: $0) }
+        case .stop: nil
+        case .seek(let positionMS, let playID): SeekRequest(positionMS: positionMS, playID: playID)
+        case .volume(let volume): VolumeRequest(volume: volume)
+        }
+    }
+
+    /// The name and the body's fields, as a log line or a test reads them: `seek play_id=1 position_ms=20000`.
+    public var description: String {
+        let fields: [(String, String)] =
+            switch self {
+            case .pause(let playID), .resume(let playID): playID.map { [("play_id", "\($0)")] } ?? []
+            case .stop: []
+            case .seek(let positionMS, let playID):
+                (playID.map { [("play_id", "\($0)")] } ?? []) + [("position_ms", "\(positionMS)")]
+            case .volume(let volume): [("volume", "\(volume)")]
+            }
+        return ([name] + fields.map { "\($0.0)=\($0.1)" }).joined(separator: " ")
+    }
+}

@@ -1,0 +1,43 @@
+// `GET /session/{id}`, and the answer to every control of a session.
+public import WireProtocol
+
+/// One engine session: its state, its current play and where that play is.
+public struct SessionInfo: Sendable, Equatable, Codable {
+    public var sessionID: SessionID
+    public var state: SessionState
+    public var playID: UInt64?
+    public var url: String?
+    public var title: String?
+    public var thumbnail: String?
+    public var durationMS: Int64?
+    public var positionMS: Int64
+    public var volume: Int
+    public var passthrough: Bool
+    public var frames: FrameCounters
+
+    public init(
+        sessionID: SessionID, state: SessionState, playID: UInt64? = nil, url: String? = nil, title: String? = nil,
+        thumbnail: String? = nil, durationMS: Int64? = nil, positionMS: Int64 = 0, volume: Int = 100,
+        passthrough: Bool = false, frames: FrameCounters = FrameCounters()
+    ) {
+        self.sessionID = sessionID
+        self.state = state
+        self.playID = playID
+        self.url = url
+        self.title = title
+        self.thumbnail = thumbnail
+        self.durationMS = durationMS
+        self.positionMS = positionMS
+        self.volume = volume
+        self.passthrough = passthrough
+        self.frames = frames
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case state, url, title, thumbnail, volume, passthrough, frames
+        case sessionID = "session_id"
+        case playID = "play_id"
+        case durationMS = "duration_ms"
+        case positionMS = "position_ms"
+    }
+}

@@ -1,0 +1,27 @@
+// What users and bots ask of a session, whichever way they ask (REST, WebSocket, bot link).
+
+/// A command from a user or bot, the same over REST and WebSocket.
+enum SessionCommand: Sendable, Equatable {
+    case play(url: String)
+    case enqueue(url: String)
+    case remove(index: Int)
+    case clear
+    case jump(index: Int)
+    case next
+    case previous
+    case pause
+    case resume
+    case stop
+    case seek(positionMS: Int64)
+    case volume(Int)
+    case loop(LoopMode)
+    case shuffle
+
+    /// Whether the command can make the engine start a play (and so take one of its sessions).
+    var mayStartPlay: Bool {
+        switch self {
+        case .play, .enqueue, .jump, .next, .previous, .resume: true
+        case .remove, .clear, .pause, .stop, .seek, .volume, .loop, .shuffle: false
+        }
+    }
+}

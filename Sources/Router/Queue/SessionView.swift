@@ -1,0 +1,31 @@
+// What clients are told about a session: the answer to `GET /api/sessions/{id}` and every
+// `{"type":"state"}` message.
+import ServiceSupport
+
+/// A session's state as clients see it (`GET /api/sessions/{id}`, `{"type":"state"}` messages).
+struct SessionView: Sendable, Equatable, Codable {
+    var type = "state"
+    var sessionID: String
+    /// `idle`, `starting`, `playing` or `paused`.
+    var status: String
+    var current: Int?
+    var nowPlaying: Track?
+    var queue: [Track]
+    var positionMS: Int64
+    var durationMS: Int64?
+    var volume: Int
+    var paused: Bool
+    var loop: LoopMode
+    /// Connected clients, in the operator's listing (`GET /api/sessions`) only.
+    var clients: Int?
+
+    enum CodingKeys: String, CodingKey {
+        case type, status, current, queue, volume, paused, loop, clients
+        case sessionID = "session_id"
+        case nowPlaying = "now_playing"
+        case positionMS = "position_ms"
+        case durationMS = "duration_ms"
+    }
+
+    func json() -> String { JSONCoding.text(self) }
+}
