@@ -7,7 +7,7 @@ import Foundation
 import Logging
 import NIOCore
 import NIOPosix
-import Router
+import TonearmRouter
 import TestSupport
 import WireProtocol
 
