@@ -8,9 +8,10 @@ APT_PACKAGES := pkg-config libopus-dev libavcodec-dev libavformat-dev libswresam
                 ffmpeg python3
 PIP_PACKAGES := yt-dlp==2026.10.26
 # What the tests add: opus-tools (opusinfo), Chromium and Playwright (the playground), curl, openssl
-# and certutil (the TLS tests), promtool (the metrics checks).
+# and certutil (the TLS tests), promtool (the metrics checks), schemathesis (the API against its
+# OpenAPI document).
 TEST_APT_PACKAGES := opus-tools chromium curl openssl libnss3-tools prometheus
-TEST_PIP_PACKAGES := playwright==1.49.1
+TEST_PIP_PACKAGES := playwright==1.49.1 schemathesis==4.32.5
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_MEDIA ?= $(CURDIR)/demo-media
 RUN_DIR ?= /tmp/tonearm-run
@@ -70,14 +71,16 @@ run: build-release demo-media
 	"$$bin/Router"
 
 ## Builds everything and runs every test suite. The end-to-end tests start release builds of
-## the two executables, as a user would run them; unit tests run in the debug build. First, in a
-## second: does Package.swift load from what the image's Dockerfile copies?
+## the two executables, as a user would run them; unit tests run in the debug build; then
+## schemathesis runs the Router's OpenAPI document against them (Tests/API, about a minute).
+## First, in a second: does Package.swift load from what the image's Dockerfile copies?
 test: deps-test
 	deploy/check-build-context.sh
 	swift build --build-tests
 	swift build -c release --product AudioEngine
 	swift build -c release --product Router
 	TONEARM_BIN_DIR="$$(swift build -c release --show-bin-path)" swift test --skip-build --no-parallel
+	TONEARM_BIN_DIR="$$(swift build -c release --show-bin-path)" Tests/API/run.sh
 
 ## The unit tests under ThreadSanitizer, then every end-to-end test against AddressSanitizer builds
 ## of both executables (docs/reliability.md). Each has its own build folder (.build-tsan,

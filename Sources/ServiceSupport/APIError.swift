@@ -12,6 +12,8 @@ public struct APIError: Error, HTTPResponseError, CustomStringConvertible {
     public let message: String
     /// Seconds after which the same request may succeed (a `Retry-After` header), for limits.
     public var retryAfterSeconds: Int?
+    /// The methods the path does answer (an `Allow` header), for 405.
+    public var allowedMethods: [HTTPRequest.Method] = []
 
     public init(status: HTTPResponse.Status, code: String, message: String, retryAfterSeconds: Int? = nil) {
         self.status = status
@@ -25,6 +27,7 @@ public struct APIError: Error, HTTPResponseError, CustomStringConvertible {
     public func response(from request: Request, context: some RequestContext) throws -> Response {
         var response = Response.json(status: status, ErrorBody(code: code, message: message).jsonData())
         if let retryAfterSeconds { response.headers[.retryAfter] = String(retryAfterSeconds) }
+        if !allowedMethods.isEmpty { response.headers[.allow] = allowedMethods.map(\.rawValue).joined(separator: ", ") }
         return response
     }
 
@@ -53,9 +56,12 @@ extension Response {
     }
 }
 
-/// Turns every error into the JSON error shape, whatever threw it.
+/// Turns every error into the JSON error shape, whatever threw it. With a route table, a path
+/// that exists under other methods answers 405 with `Allow` rather than 404.
 public struct APIErrorMiddleware<Context: RequestContext>: RouterMiddleware {
-    public init() {}
+    let routes: RouteTable?
+
+    public init(routes: RouteTable? = nil) { self.routes = routes }
 
     public func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response)
         async throws -> Response
@@ -65,6 +71,15 @@ public struct APIErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         } catch let error as APIError {
             throw error
         } catch let error as HTTPError {
+            if error.status == .notFound, let methods = routes?.methods(for: request.uri.path), !methods.isEmpty,
+                !methods.contains(request.method)
+            {
+                var refusal = APIError(
+                    status: .methodNotAllowed, code: "method_not_allowed",
+                    message: "\(request.uri.path) answers \(methods.map(\.rawValue).joined(separator: ", ")), not \(request.method)")
+                refusal.allowedMethods = methods
+                throw refusal
+            }
             throw APIError(
                 status: error.status, code: error.status == .notFound ? "not_found" : "http_\(error.status.code)",
                 message: error.body ?? error.status.reasonPhrase)

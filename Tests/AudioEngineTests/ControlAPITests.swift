@@ -68,6 +68,8 @@ import WireProtocol
         ("/session/a/play", #"{"url":"file:///etc/passwd"}"#, 422, "unsupported_scheme"),
         ("/session/a/play", #"{"url":"missing.mp3"}"#, 422, "source_not_found"),
         ("/nowhere", "", 404, "not_found"),
+        ("/sessions", "", 405, "method_not_allowed"),
+        ("/session/a", "", 405, "method_not_allowed"),
     ])
     func refusedRequestsAreJSONErrors(uri: String, body: String, status: Int, code: String) async throws {
         try await withApp { client in

@@ -146,13 +146,14 @@ private func runProbe(_ arguments: String...) async throws -> Data {
 
         // Refusals, each with the error shape and the right status.
         let refusals: [(HTTPMethod, String, String?, Int, String)] = [
-            (.POST, "jump", #"{"index":9}"#, 400, "invalid_index"),
+            (.POST, "jump", #"{"index":9}"#, 409, "invalid_index"),
             (.POST, "jump", #"{"index":"x"}"#, 400, "invalid_index"),
             (.POST, "loop", #"{"mode":"sometimes"}"#, 400, "invalid_loop_mode"),
             (.POST, "volume", #"{"volume":5000}"#, 400, "invalid_volume"),
             (.POST, "queue", "{}", 400, "missing_url"),
             (.POST, "queue", "not json", 400, "invalid_json"),
             (.POST, "dance", nil, 404, "unknown_command"),
+            (.GET, "seek", nil, 405, "method_not_allowed"),
             (.POST, "play", #"{"url":"missing.mp3"}"#, 422, "source_not_found"),
         ]
         for (method, command, body, status, code) in refusals {

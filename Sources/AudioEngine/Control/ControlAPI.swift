@@ -18,10 +18,12 @@ struct ControlAPI: Sendable {
     static let version = "0.2.0"
 
     func addRoutes(to router: Router<some RequestContext>) {
-        router.add(middleware: APIErrorMiddleware())
+        let routes = RouteTable()
+        router.add(middleware: APIErrorMiddleware(routes: routes))
         addSessionRoutes(to: router)
         addLookupRoutes(to: router)
         addOperationsRoutes(to: router)
+        routes.load(router.routes.map { ($0.method, $0.path.description) })
     }
 
     /// The id in the path, percent-decoded exactly once (the Router escapes every byte that is

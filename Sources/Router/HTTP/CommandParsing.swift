@@ -30,14 +30,20 @@ enum CommandParsing {
         }
     }
 
+    /// Every command's name, as REST paths and WebSocket `op`s spell it.
+    static let names = [
+        "play", "queue", "remove", "clear", "jump", "next", "previous", "pause", "resume", "stop", "seek", "volume", "loop",
+        "shuffle",
+    ]
+
     /// The command `name` with its arguments.
     static func command(_ name: String, arguments json: Arguments) throws(APIError) -> SessionCommand {
         switch name {
         case "play": return .play(url: try url(json))
         case "queue": return .enqueue(url: try url(json))
-        case "remove": return .remove(index: try required(json.index, "index"))
+        case "remove": return .remove(index: try index(json))
         case "clear": return .clear
-        case "jump": return .jump(index: try required(json.index, "index"))
+        case "jump": return .jump(index: try index(json))
         case "next": return .next
         case "previous": return .previous
         case "pause": return .pause
@@ -57,8 +63,7 @@ enum CommandParsing {
         default:
             throw APIError(
                 status: .notFound, code: "unknown_command",
-                message:
-                    "no command \"\(name)\"; commands: play, queue, remove, clear, jump, next, previous, pause, resume, stop, seek, volume, loop, shuffle")
+                message: "no command \"\(name)\"; commands: \(names.joined(separator: ", "))")
         }
     }
 
@@ -69,12 +74,43 @@ enum CommandParsing {
         }
         do {
             return try JSONDecoder().decode(Arguments.self, from: data)
-        } catch let DecodingError.typeMismatch(_, context) {
-            let field = context.codingPath.first?.stringValue ?? "body"
+        } catch let DecodingError.typeMismatch(_, context) where !context.codingPath.isEmpty {
+            let field = context.codingPath[0].stringValue
             throw .badRequest("invalid_\(field)", "\(field) has the wrong type: \(context.debugDescription)")
+        } catch DecodingError.dataCorrupted {
+            // Foundation's decoder calls a number beyond 64 bits invalid JSON; name the field.
+            if let field = outOfRangeField(data) {
+                throw .badRequest(field.code, "\(field.name) is out of range")
+            }
+            throw .badRequest("invalid_json", "the body must be a JSON object")
         } catch {
             throw .badRequest("invalid_json", "the body must be a JSON object")
         }
+    }
+
+    /// The numeric argument of `data` (a JSON object) that no 64-bit integer holds, with the code
+    /// its refusal has elsewhere.
+    private static func outOfRangeField(_ data: Data) -> (name: String, code: String)? {
+        guard let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] else { return nil }
+        let fields = [("index", "invalid_index"), ("position_ms", "invalid_position"), ("volume", "invalid_volume")]
+        return fields.first { name, _ in
+            guard let number = object[name] as? NSNumber else { return false }
+            return abs(number.doubleValue) >= 0x1p63
+        }.map { (name: $0.0, code: $0.1) }
+    }
+
+    /// A queue position: 0 to 999 (a queue holds at most 1,000 tracks). One inside that range
+    /// that the queue does not have now is the queue's refusal (409), not a malformed request.
+    static func queueIndex(_ index: Int) throws(APIError) -> Int {
+        guard (0..<SessionController.maxQueueLength).contains(index) else {
+            throw .badRequest(
+                "invalid_index", "index is a queue position from 0 to \(SessionController.maxQueueLength - 1), got \(index)")
+        }
+        return index
+    }
+
+    private static func index(_ json: Arguments) throws(APIError) -> Int {
+        try queueIndex(try required(json.index, "index"))
     }
 
     private static func url(_ json: Arguments) throws(APIError) -> String {

@@ -26,9 +26,15 @@ struct RouterApplication {
 
     func makeRouter(publicDirectory: String?) -> Router<TonearmRequestContext> {
         let router = Router(context: TonearmRequestContext.self)
-        router.add(middleware: APIErrorMiddleware())
+        let routes = RouteTable()
+        router.add(middleware: APIErrorMiddleware(routes: routes))
         if let publicDirectory {
             router.add(middleware: FileMiddleware(publicDirectory, searchForIndexHtml: true))
+            // The API's OpenAPI document, kept beside the page (OpenAPIDocumentTests holds it to
+            // the routes below); a route of its own so that it is listed and typed.
+            if let document = FileManager.default.contents(atPath: publicDirectory + "/openapi.json") {
+                router.get("/openapi.json") { _, _ in Response.json(status: .ok, document) }
+            }
         }
         router.post("/api/identity") { request, context -> Identity in
             let client = clientAddress.of(request, peer: context.channel.remoteAddress)
@@ -68,6 +74,7 @@ struct RouterApplication {
         clients.addRoutes(to: router)
         OperationsRoutes(store: store, directory: directory, link: link, startedAt: startedAt, recorder: metrics)
             .addRoutes(to: router)
+        routes.load(router.routes.map { ($0.method, $0.path.description) })
         return router
     }
 
@@ -78,19 +85,15 @@ struct RouterApplication {
             try access.authorize(request, for: id)
             return try await directory.using(id) { await $0.state }
         }
-        // `queue` is also a DELETE path, so the router needs its POST spelled out.
-        for path: RouterPath in ["/api/sessions/:id/:command", "/api/sessions/:id/queue"] {
-            router.post(path) { request, context -> Response in
-                let id = try Self.sessionID(context)
-                try access.authorize(request, for: id)
-                var request = request
-                let body = try await request.collectBody(upTo: 64 * 1024)
-                let command = try CommandParsing.command(
-                    context.parameters.get("command") ?? "queue",
-                    arguments: CommandParsing.arguments(Data(body.readableBytesView)))
-                if !access.isBot(request) { try await directory.admitBrowser(command, on: id) }
-                return try await perform(command, on: id)
+        // One route per command, so each has its own body in the OpenAPI document; any other name
+        // is answered with the list of commands.
+        for name in CommandParsing.names {
+            router.post(RouterPath("/api/sessions/:id/\(name)")) { request, context -> Response in
+                try await command(name, request, context)
             }
+        }
+        router.post("/api/sessions/:id/:command") { request, context -> Response in
+            try await command(context.parameters.get("command") ?? "", request, context)
         }
         router.delete("/api/sessions/:id/queue") { request, context -> Response in
             let id = try Self.sessionID(context)
@@ -103,8 +106,19 @@ struct RouterApplication {
             guard let index = context.parameters.get("index").flatMap({ Int($0) }) else {
                 throw APIError.badRequest("invalid_index", "the queue position must be a whole number")
             }
-            return try await perform(.remove(index: index), on: id)
+            return try await perform(.remove(index: try CommandParsing.queueIndex(index)), on: id)
         }
+    }
+
+    /// `POST /api/sessions/{id}/{name}` with the command's arguments as the JSON body.
+    private func command(_ name: String, _ request: Request, _ context: TonearmRequestContext) async throws -> Response {
+        let id = try Self.sessionID(context)
+        try access.authorize(request, for: id)
+        var request = request
+        let body = try await request.collectBody(upTo: 64 * 1024)
+        let command = try CommandParsing.command(name, arguments: CommandParsing.arguments(Data(body.readableBytesView)))
+        if !access.isBot(request) { try await directory.admitBrowser(command, on: id) }
+        return try await perform(command, on: id)
     }
 
     private func perform(_ command: SessionCommand, on id: SessionID) async throws -> Response {

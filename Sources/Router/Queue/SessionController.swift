@@ -305,7 +305,8 @@ actor SessionController {
 
     private static func error(_ refusal: SessionQueue.Refusal) -> APIError {
         switch refusal {
-        case .badIndex(let message): .badRequest("invalid_index", message)
+        // Well formed, but the queue has no such position (now): a conflict with its state.
+        case .badIndex(let message): APIError(status: .conflict, code: "invalid_index", message: message)
         case .invalidState(let message): APIError(status: .conflict, code: "invalid_state", message: message)
         }
     }

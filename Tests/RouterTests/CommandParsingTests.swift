@@ -1,0 +1,67 @@
+// Commands as REST bodies and WebSocket messages arrive: the same parser for both, so the same
+// refusals, each naming the field.
+import Foundation
+import HTTPTypes
+import ServiceSupport
+import Testing
+
+@testable import TonearmRouter
+
+@Suite struct CommandParsingTests {
+    func command(_ name: String, _ body: String) throws(APIError) -> SessionCommand {
+        try CommandParsing.command(name, arguments: CommandParsing.arguments(Data(body.utf8)))
+    }
+
+    func refusal(_ name: String, _ body: String) -> APIError? {
+        do {
+            _ = try command(name, body)
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    @Test func everyCommandReadsItsArguments() throws {
+        #expect(try command("play", #"{"url":" tone.mp3 "}"#) == .play(url: "tone.mp3"))
+        #expect(try command("queue", #"{"url":"a.mp3"}"#) == .enqueue(url: "a.mp3"))
+        #expect(try command("remove", #"{"index":2}"#) == .remove(index: 2))
+        #expect(try command("jump", #"{"index":0}"#) == .jump(index: 0))
+        #expect(try command("seek", #"{"position_ms":1500}"#) == .seek(positionMS: 1500))
+        #expect(try command("volume", #"{"volume":40}"#) == .volume(40))
+        #expect(try command("loop", #"{"mode":"queue"}"#) == .loop(.queue))
+        for (name, expected) in [
+            ("clear", SessionCommand.clear), ("next", .next), ("previous", .previous), ("pause", .pause),
+            ("resume", .resume), ("stop", .stop), ("shuffle", .shuffle),
+        ] {
+            #expect(try command(name, "") == expected)
+            #expect(try command(name, #"{"ignored":true}"#) == expected)
+        }
+        #expect(Set(CommandParsing.names).count == 14)
+    }
+
+    @Test func refusalsNameTheField() {
+        #expect(refusal("play", "{}")?.code == "missing_url")
+        #expect(refusal("play", #"{"url":"   "}"#)?.code == "missing_url")
+        #expect(refusal("play", #"{"url":"\#(String(repeating: "a", count: 4097))"}"#)?.code == "invalid_url")
+        #expect(refusal("jump", #"{"index":"x"}"#)?.code == "invalid_index")
+        #expect(refusal("jump", #"{"index":-1}"#)?.code == "invalid_index")
+        #expect(refusal("remove", #"{"index":1000}"#)?.status == .badRequest)
+        #expect(refusal("seek", #"{"position_ms":-1}"#)?.code == "invalid_position")
+        #expect(refusal("loop", #"{"mode":"sometimes"}"#)?.code == "invalid_loop_mode")
+        #expect(refusal("volume", "[1]")?.code == "invalid_json")
+        #expect(refusal("volume", "not json")?.code == "invalid_json")
+        let unknown = refusal("dance", "")
+        #expect(unknown?.status == .notFound && unknown?.code == "unknown_command")
+        #expect(unknown?.message.contains("shuffle") == true)
+    }
+
+    /// A number no field can hold (schemathesis sent a queue index of 8.9 × 10^20) is that
+    /// field's error, not "the body must be a JSON object".
+    @Test func aNumberBeyondItsFieldIsThatFieldsError() {
+        let refused = refusal("remove", #"{"index":894830320950131032064}"#)
+        #expect(refused?.status == .badRequest)
+        #expect(refused?.code == "invalid_index", "\(String(describing: refused))")
+        #expect(refusal("seek", #"{"position_ms":1e300}"#)?.code == "invalid_position")
+        #expect(refusal("volume", #"{"volume":-1e30}"#)?.code == "invalid_volume")
+    }
+}
