@@ -1,0 +1,112 @@
+// The Router's routes through Hummingbird's test client, with a real store, directory and access
+// control but no engine: who may do what, the error shape and status of each refusal, and that a
+// command needing the engine says so at once while its link is down.
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import Logging
+import NIOCore
+import Testing
+
+@testable import TonearmRouter
+
+@Suite struct RouterRoutesTests {
+    static let botToken = "bot-token-for-tests"
+
+    func withRouter(_ body: @Sendable (any TestClientProtocol) async throws -> Void) async throws {
+        let store = SessionStore()
+        let logger = Logger(label: "test")
+        let api = RouterApplication(
+            store: store,
+            directory: SessionDirectory(store: store, engine: ScriptedEngine(), database: nil, writer: nil, logger: logger),
+            link: EngineLink(path: "/nonexistent/engine.sock", store: store, logger: logger),
+            engine: EngineClient(baseURL: "http://127.0.0.1:1"),
+            access: AccessControl(
+                tokens: IdentityTokens(secret: Data("a test secret of enough length!!".utf8)), botToken: Self.botToken))
+        let router = api.makeRouter(publicDirectory: OpenAPIDocumentTests.publicDirectory)
+        try await Application(router: router).test(.live, body)
+    }
+
+    static func json(_ response: TestResponse) -> [String: Any] {
+        (try? JSONSerialization.jsonObject(with: Data(response.body.readableBytesView))) as? [String: Any] ?? [:]
+    }
+
+    static func code(_ response: TestResponse) -> String? {
+        (json(response)["error"] as? [String: Any])?["code"] as? String
+    }
+
+    static func bearer(_ token: String) -> HTTPFields { [.authorization: "Bearer \(token)"] }
+
+    @Test func anIdentityOpensItsOwnSessionAndNoOther() async throws {
+        try await withRouter { client in
+            let mine = try await client.execute(uri: "/api/identity", method: .post) { Self.json($0) }
+            let theirs = try await client.execute(uri: "/api/identity", method: .post) { Self.json($0) }
+            let token = try #require(mine["token"] as? String)
+            let session = try #require(mine["session_id"] as? String)
+            let other = try #require(theirs["session_id"] as? String)
+            #expect(session != other)
+            try await client.execute(uri: "/api/sessions/\(session)", method: .get, headers: Self.bearer(token)) { response in
+                #expect(response.status == .ok)
+                #expect(Self.json(response)["status"] as? String == "idle")
+            }
+            // The same token in the query, as sockets and <audio> send it.
+            try await client.execute(uri: "/api/sessions/\(session)?token=\(token)", method: .get) { #expect($0.status == .ok) }
+            try await client.execute(uri: "/api/sessions/\(other)", method: .get, headers: Self.bearer(token)) { response in
+                #expect(response.status == .forbidden && Self.code(response) == "forbidden")
+            }
+            try await client.execute(uri: "/api/sessions/\(session)", method: .get) { response in
+                #expect(response.status == .unauthorized && Self.code(response) == "unauthorized")
+            }
+            try await client.execute(uri: "/api/sessions/\(session)", method: .get, headers: Self.bearer("v1.\(session).forged")) {
+                #expect($0.status == .unauthorized)
+            }
+            // The operators' listing is the bot token's alone.
+            try await client.execute(uri: "/api/sessions", method: .get, headers: Self.bearer(token)) { #expect($0.status == .forbidden) }
+            try await client.execute(uri: "/api/sessions", method: .get, headers: Self.bearer(Self.botToken)) {
+                #expect($0.status == .ok)
+            }
+        }
+    }
+
+    @Test func refusalsHaveTheirStatusAndCode() async throws {
+        try await withRouter { client in
+            let bot = Self.bearer(Self.botToken)
+            let cases: [(HTTPRequest.Method, String, String?, HTTPResponse.Status, String)] = [
+                (.post, "/api/sessions/g/dance", nil, .notFound, "unknown_command"),
+                (.post, "/api/sessions/g/jump", #"{"index":-1}"#, .badRequest, "invalid_index"),
+                (.post, "/api/sessions/g/seek", #"{"position_ms":1e300}"#, .badRequest, "invalid_position"),
+                (.post, "/api/sessions/g/queue", "{}", .badRequest, "missing_url"),
+                (.post, "/api/sessions/\(String(repeating: "x", count: 25))/stop", nil, .badRequest, "invalid_session_id"),
+                (.delete, "/api/sessions/g/queue/x", nil, .badRequest, "invalid_index"),
+                (.get, "/api/sessions/g/seek", nil, .methodNotAllowed, "method_not_allowed"),
+                (.get, "/ws?session=g", nil, .upgradeRequired, "websocket_required"),
+                (.get, "/api/search", nil, .badRequest, "missing_query"),
+                // Well formed, but the engine link is down: said at once, not after a timeout.
+                (.post, "/api/sessions/g/play", #"{"url":"tone.mp3"}"#, .serviceUnavailable, "engine_unavailable"),
+                (.get, "/nowhere", nil, .notFound, "not_found"),
+            ]
+            for (method, uri, body, status, code) in cases {
+                try await client.execute(uri: uri, method: method, headers: bot, body: body.map { ByteBuffer(string: $0) }) {
+                    response in
+                    #expect(response.status == status, "\(method) \(uri)")
+                    #expect(Self.code(response) == code, "\(method) \(uri): \(String(buffer: response.body))")
+                    #expect(response.headers[.contentType]?.hasPrefix("application/json") == true)
+                }
+            }
+            try await client.execute(uri: "/api/sessions/g/seek", method: .get, headers: bot) { response in
+                #expect(response.headers[.allow] == "POST")
+            }
+        }
+    }
+
+    @Test func theDocumentIsServedAsJSON() async throws {
+        try await withRouter { client in
+            try await client.execute(uri: "/openapi.json", method: .get) { response in
+                #expect(response.status == .ok)
+                #expect(response.headers[.contentType]?.hasPrefix("application/json") == true)
+                #expect(Self.json(response)["openapi"] as? String == "3.1.0")
+            }
+        }
+    }
+}
