@@ -32,15 +32,7 @@ import Testing
 
     /// The same for the routes the Router registers (`:name` written `{name}`).
     func registered() throws -> Set<String> {
-        let store = SessionStore()
-        let logger = Logger(label: "test")
-        let api = RouterApplication(
-            store: store,
-            directory: SessionDirectory(store: store, engine: ScriptedEngine(), database: nil, writer: nil, logger: logger),
-            link: EngineLink(path: "/nonexistent", store: store, logger: logger),
-            engine: EngineClient(baseURL: "http://127.0.0.1:1"),
-            access: AccessControl(tokens: IdentityTokens(secret: Data("a test secret of enough length!!".utf8)), botToken: "b"))
-        let router = api.makeRouter(publicDirectory: Self.publicDirectory)
+        let router = RouterRoutesTests.makeRouter()
         return Set(
             router.routes.map { route in
                 let path = route.path.description.split(separator: "/", omittingEmptySubsequences: false).map {

@@ -14,7 +14,9 @@ import Testing
 @Suite struct RouterRoutesTests {
     static let botToken = "bot-token-for-tests"
 
-    func withRouter(_ body: @Sendable (any TestClientProtocol) async throws -> Void) async throws {
+    /// The Router's real routes over a real store, directory and access control, with no engine
+    /// (its link stays down) and the page's folder from the source tree.
+    static func makeRouter() -> Router<TonearmRequestContext> {
         let store = SessionStore()
         let logger = Logger(label: "test")
         let api = RouterApplication(
@@ -23,9 +25,12 @@ import Testing
             link: EngineLink(path: "/nonexistent/engine.sock", store: store, logger: logger),
             engine: EngineClient(baseURL: "http://127.0.0.1:1"),
             access: AccessControl(
-                tokens: IdentityTokens(secret: Data("a test secret of enough length!!".utf8)), botToken: Self.botToken))
-        let router = api.makeRouter(publicDirectory: OpenAPIDocumentTests.publicDirectory)
-        try await Application(router: router).test(.live, body)
+                tokens: IdentityTokens(secret: Data("a test secret of enough length!!".utf8)), botToken: botToken))
+        return api.makeRouter(publicDirectory: OpenAPIDocumentTests.publicDirectory)
+    }
+
+    func withRouter(_ body: @Sendable (any TestClientProtocol) async throws -> Void) async throws {
+        try await Application(router: Self.makeRouter()).test(.live, body)
     }
 
     static func json(_ response: TestResponse) -> [String: Any] {
