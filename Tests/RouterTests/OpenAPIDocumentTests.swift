@@ -5,7 +5,6 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
-import Logging
 import Testing
 
 @testable import TonearmRouter
