@@ -1,9 +1,9 @@
 // The errors callers of either server see: an HTTP status, a stable code, and a message that says
 // what was wrong and what is accepted, rendered as `{"error":{"code","message"}}`.
-public import Foundation
+import Foundation
 public import Hummingbird
 import Logging
-public import NIOCore
+import NIOCore
 
 /// A refused request.
 public struct APIError: Error, HTTPResponseError, CustomStringConvertible {

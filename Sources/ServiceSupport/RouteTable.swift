@@ -1,6 +1,7 @@
 // Which methods a path answers, from the routes a server registered: a request with another
 // method gets 405 with `Allow` instead of 404 (RFC 9110 §15.5.6). Filled once the routes are in.
 public import HTTPTypes
+public import Hummingbird
 import Synchronization
 
 /// The registered routes' path patterns (`/api/sessions/:id/queue`) and their methods.
@@ -14,6 +15,11 @@ public final class RouteTable: Sendable {
     public func load(_ routes: [(method: HTTPRequest.Method, path: String)]) {
         let parsed = routes.map { (segments: Self.segments($0.path), method: $0.method) }
         self.routes.withLock { $0 = parsed }
+    }
+
+    /// Replaces the table with the routes `router` has now (call it once they are all added).
+    public func load(from router: Router<some RequestContext>) {
+        load(router.routes.map { (method: $0.method, path: $0.path.description) })
     }
 
     /// The methods some route of `path` answers, in a stable order; empty when none matches.

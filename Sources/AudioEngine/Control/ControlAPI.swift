@@ -23,7 +23,7 @@ struct ControlAPI: Sendable {
         addSessionRoutes(to: router)
         addLookupRoutes(to: router)
         addOperationsRoutes(to: router)
-        routes.load(router.routes.map { ($0.method, $0.path.description) })
+        routes.load(from: router)
     }
 
     /// The id in the path, percent-decoded exactly once (the Router escapes every byte that is

@@ -24,10 +24,10 @@ package final class SessionManager: Sendable {
     }
 
     let state = Mutex(State())
-    let resolver: SourceResolver
+    private let resolver: SourceResolver
     let configuration: PlaybackConfiguration
     let workers: NIOThreadPool
-    let openers: NIOThreadPool
+    private let openers: NIOThreadPool
     let logger: Logger
     let metrics: EngineMetrics
 

@@ -104,10 +104,11 @@ struct ClientConnections {
 
     /// Keeps what the kernel and NIO hold for one client to a moment of audio: Linux would
     /// otherwise let a client that stopped reading queue up to 4 MB (minutes of Opus), and what
-    /// is handed to the socket can no longer be dropped. NIO holds `frames` of 128 kbit/s audio
-    /// in flight; beyond that, frames wait in the client's `WebSocketSink`, which drops the oldest.
-    static func limitBuffering(_ channel: any Channel, frames: Int = 8) async {
-        let high = max(4 * 1024, frames * 330)
+    /// is handed to the socket can no longer be dropped. NIO holds 4 KiB in flight (a dozen
+    /// frames of 128 kbit/s audio); beyond that, frames wait in the client's `WebSocketSink` (or a
+    /// listener's subscription), which drops the oldest.
+    static func limitBuffering(_ channel: any Channel) async {
+        let high = 4 * 1024
         try? await channel.setOption(ChannelOptions.socketOption(.so_sndbuf), value: 32 * 1024).get()
         try? await channel.setOption(
             ChannelOptions.writeBufferWaterMark, value: ChannelOptions.Types.WriteBufferWaterMark(low: high / 2, high: high)

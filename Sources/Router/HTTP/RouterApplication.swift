@@ -31,7 +31,8 @@ struct RouterApplication {
         if let publicDirectory {
             router.add(middleware: FileMiddleware(publicDirectory, searchForIndexHtml: true))
             // The API's OpenAPI document, kept beside the page (OpenAPIDocumentTests holds it to
-            // the routes below); a route of its own so that it is listed and typed.
+            // the routes below). The file middleware serves it; the route puts it in the route
+            // list, so other methods get 405 and the document's own entry is checked.
             if let document = FileManager.default.contents(atPath: publicDirectory + "/openapi.json") {
                 router.get("/openapi.json") { _, _ in Response.json(status: .ok, document) }
             }
@@ -74,7 +75,7 @@ struct RouterApplication {
         clients.addRoutes(to: router)
         OperationsRoutes(store: store, directory: directory, link: link, startedAt: startedAt, recorder: metrics)
             .addRoutes(to: router)
-        routes.load(router.routes.map { ($0.method, $0.path.description) })
+        routes.load(from: router)
         return router
     }
 

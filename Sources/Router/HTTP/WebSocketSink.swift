@@ -68,7 +68,7 @@ final class WebSocketSink: ChannelDuplexHandler, ClientSink, @unchecked Sendable
 
     func encode(_ message: ClientMessage) -> ByteBuffer { WebSocketWire.frame(message) }
 
-    /// Audio frames waiting for the client (for tests and health).
+    /// Audio frames waiting for the client (tests read it).
     var waitingFrames: Int { waitingAudio }
 
     func deliver(_ bytes: ByteBuffer, audio: Bool) {
