@@ -18,9 +18,10 @@ package enum AudioEngineService {
             network: try SourceNetwork(policy: configuration.sourcePolicy, extraAuthorities: configuration.sourceAuthorities),
             ytdlp: YTDLP(executable: configuration.ytdlpPath, limits: configuration.resolveLimits))
         let metrics = EngineMetrics.prometheus()
+        let background = BackgroundTasks()
         let manager = SessionManager(
             resolver: resolver, configuration: configuration.playback, workers: workers, openers: openers,
-            metrics: metrics, logger: logger)
+            background: background, metrics: metrics, logger: logger)
         let socket = AudioSocketServer(path: configuration.socketPath, metrics: metrics, logger: logger)
         let pacer = Pacer(manager: manager, sink: socket, logger: logger)
         let router = Router()
@@ -32,11 +33,14 @@ package enum AudioEngineService {
                 address: .hostname(configuration.controlHost, port: configuration.controlPort),
                 serverName: "tonearm-engine"),
             logger: logger)
-        // Shut down in reverse: the API stops taking requests, the pacer writes the last
-        // `finished` events, then the socket flushes and closes.
+        // Shut down in reverse: the API stops taking requests, resolves still running are
+        // cancelled (their yt-dlp killed), the pacer writes the last `finished` events, then the
+        // socket flushes and closes.
         let group = ServiceGroup(
             configuration: .init(
-                services: [.init(service: socket), .init(service: pacer), .init(service: app)],
+                services: [
+                    .init(service: socket), .init(service: pacer), .init(service: background), .init(service: app),
+                ],
                 gracefulShutdownSignals: [.sigterm, .sigint],
                 logger: logger))
         do {

@@ -37,13 +37,6 @@ final class ScriptedEngine: EngineControl {
     var calls: [String] { state.withLock { $0.calls } }
     var plays: [String] { calls.filter { $0.hasPrefix("play ") } }
 
-    /// Waits (up to 5 s) until `count` plays have been asked for: an auto-advance starts its play
-    /// in a task of its own.
-    func waitUntilPlays(_ count: Int) async {
-        let deadline = ContinuousClock.now + .seconds(5)
-        while plays.count < count, ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(1)) }
-    }
-
     /// Waits until a resolve of `url` is parked.
     func waitUntilHeld(_ url: String) async {
         while state.withLock({ $0.gates[url] == nil }) { try? await Task.sleep(for: .milliseconds(2)) }
@@ -116,6 +109,13 @@ final class ScriptedEngine: EngineControl {
         WireEvent(type: .finished, sessionID: id, playID: playID, reason: reason)
     }
 
+    /// Hands `event` to the controller, which must leave an auto-advance, and runs it as the
+    /// Router's upkeep does.
+    func advance(_ controller: SessionController, after event: WireEvent) async throws {
+        let pending = try #require(await controller.handle(event))
+        await controller.advance(pending)
+    }
+
     @Test func doubleClickPlayPlaysOnlyTheLastClick() async throws {
         let engine = ScriptedEngine()
         let (controller, _) = controller(engine)
@@ -182,10 +182,9 @@ final class ScriptedEngine: EngineControl {
         // The track ends just as the user presses next: both advance from track 0, but only one
         // of them may win; the late `finished` of the skipped play must not advance again.
         try await controller.perform(.next)
-        await controller.handle(finished(1, .replaced))
+        #expect(await controller.handle(finished(1, .replaced)) == nil)
         await controller.handle(ready(2))
-        await controller.handle(finished(1, .finished))
-        try await Task.sleep(for: .milliseconds(50))
+        #expect(await controller.handle(finished(1, .finished)) == nil, "a stale finished must not advance")
         #expect(engine.plays == ["play list-1.mp3", "play list-2.mp3"])
         let state = await controller.state
         #expect(state.current == 1)
@@ -197,17 +196,14 @@ final class ScriptedEngine: EngineControl {
         let (controller, _) = controller(engine)
         try await controller.perform(.enqueue(url: "list"))
         await controller.handle(ready(1))
-        await controller.handle(finished(1, .finished))
-        await engine.waitUntilPlays(2)
+        try await advance(controller, after: finished(1, .finished))
         #expect(engine.plays.last == "play list-2.mp3")
-        await controller.handle(finished(2, .error))
-        await engine.waitUntilPlays(3)
+        try await advance(controller, after: finished(2, .error))
         #expect(engine.plays.last == "play list-3.mp3")
         try await controller.perform(.loop(.queue))
-        await controller.handle(finished(3, .error))
-        await engine.waitUntilPlays(4)
+        try await advance(controller, after: finished(3, .error))
         #expect(engine.plays.last == "play list-1.mp3")
-        await controller.handle(finished(4, .error))
+        #expect(await controller.handle(finished(4, .error)) == nil)
         // list-2, list-3 and list-1 failed in a row: every track of the queue, so it gives up
         // (idle at once, with no further play) instead of going round the errors again.
         #expect(await controller.state.status == "idle")

@@ -84,7 +84,7 @@ import Testing
     @Test func stopDuringResolveDropsTheResolvedPlay() {
         var q = SessionQueue()
         let play = q.handle(.playNow(a))
-        guard case .play(_, let generation) = play else { Issue.record("no play"); return }
+        guard case .play(_, let generation, _) = play else { Issue.record("no play"); return }
         #expect(q.handle(.stop) == .stop)
         // The resolve finishes and the engine reports ready for the stopped generation.
         #expect(q.handle(.ready(generation: generation)) == .none)
@@ -93,8 +93,8 @@ import Testing
 
     @Test func playNowDuringASlowResolveWins() {
         var q = queue([a])
-        guard case .play(_, let slow) = q.handle(.playNow(b)) else { Issue.record("no play"); return }
-        guard case .play(_, let fast) = q.handle(.playNow(c)) else { Issue.record("no play"); return }
+        guard case .play(_, let slow, _) = q.handle(.playNow(b)) else { Issue.record("no play"); return }
+        guard case .play(_, let fast, _) = q.handle(.playNow(c)) else { Issue.record("no play"); return }
         #expect(slow < fast)
         #expect(q.handle(.ready(generation: slow)) == .none)
         #expect(q.handle(.finished(generation: slow, reason: .error)) == .none)
@@ -142,14 +142,37 @@ import Testing
         #expect(q.handle(.jump(index: 0)) == .refuse(.badIndex("index 0 does not exist: the queue is empty")))
     }
 
-    @Test func pauseAndResumeFollowThePlayback() {
+    @Test func pauseAndResumeChangeTheQueueOnlyOnceTheEngineHasDoneThem() {
         var q = queue([a])
         #expect(q.handle(.resume) == .refuse(.invalidState("already playing")))
-        #expect(q.handle(.pause) == .pause)
+        #expect(q.handle(.pause) == .pause(generation: 1))
+        #expect(q.status == .playing)  // asked, not done
+        #expect(q.handle(.paused(generation: 1)) == .updated)
+        #expect(q.status == .paused)
         #expect(q.handle(.pause) == .refuse(.invalidState("already paused")))
-        #expect(q.handle(.resume) == .resume)
+        #expect(q.handle(.resume) == .resume(generation: 1))
+        #expect(q.handle(.resumed(generation: 1)) == .updated)
+        #expect(q.status == .playing)
         var idle = SessionQueue()
         #expect(idle.handle(.pause) == .refuse(.invalidState("nothing is playing")))
+    }
+
+    @Test func anEngineAnswerForAReplacedPlayChangesNothing() {
+        var q = queue([a, b])
+        #expect(q.handle(.pause) == .pause(generation: 1))
+        // The user skipped while the engine was pausing the old track.
+        #expect(q.handle(.next) == .play(b, generation: 2))
+        #expect(q.handle(.paused(generation: 1)) == .none)
+        #expect(q.status == .starting)
+        _ = q.handle(.ready(generation: 2))
+        #expect(q.handle(.resumed(generation: 1)) == .none)
+        #expect(q.status == .playing)
+    }
+
+    @Test func resumeAfterAStopPlaysTheTrackAgainFromWhereItWas() {
+        var q = queue([a])
+        #expect(q.handle(.stop) == .stop)
+        #expect(q.handle(.resume) == .play(a, generation: 3, resuming: true))
     }
 
     @Test func shuffleMovesOnlyWhatIsAheadAndIsRepeatableBySeed() {

@@ -30,11 +30,15 @@ package final class SessionManager: Sendable {
     private let openers: NIOThreadPool
     let logger: Logger
     let metrics: EngineMetrics
+    /// Where page resolves run after `play` has answered; it must run as a service for them to.
+    private let background: BackgroundTasks
 
     package init(
         resolver: SourceResolver, configuration: PlaybackConfiguration, workers: NIOThreadPool,
-        openers: NIOThreadPool? = nil, metrics: EngineMetrics = EngineMetrics(), logger: Logger
+        openers: NIOThreadPool? = nil, background: BackgroundTasks = BackgroundTasks(),
+        metrics: EngineMetrics = EngineMetrics(), logger: Logger
     ) {
+        self.background = background
         self.metrics = metrics
         self.resolver = resolver
         self.configuration = configuration
@@ -91,7 +95,7 @@ package final class SessionManager: Sendable {
         retire([replaced].compactMap { $0 })
         logger.info("play", metadata: ["session.id": "\(sessionID)", "play.id": "\(playback.playID)", "url": "\(url)"])
         if case .page(let page) = plan {
-            Task { [resolver] in
+            background.spawn { [resolver] in
                 do {
                     let source = try await resolver.resolvePage(page)
                     playback.provide(source)
@@ -153,7 +157,7 @@ package final class SessionManager: Sendable {
             // A long pause outlived the signed stream URL: resolve the page again and carry on
             // from the same position.
             logger.info("stream URL expired; resolving again", metadata: ["session.id": "\(sessionID)"])
-            Task { [resolver] in
+            background.spawn { [resolver] in
                 do {
                     playback.reopen(with: try await resolver.resolvePage(page), atMS: position)
                     self.schedule([playback], on: self.openers)

@@ -21,7 +21,10 @@ package actor ConcurrencyGate {
     let limits: Limits
     private let what: String
     private var running = 0
-    private var waiters: [(id: UInt64, continuation: CheckedContinuation<Bool, Never>)] = []
+    /// In arrival order; a waiter's continuation is set once its task has parked.
+    private var waiters: [(id: UInt64, continuation: CheckedContinuation<Bool, Never>?)] = []
+    /// Waiters settled before they parked, with the outcome they will find.
+    private var decided: [UInt64: Bool] = [:]
     private var nextID: UInt64 = 0
 
     /// `what` names the work in the refusal ("yt-dlp runs").
@@ -44,7 +47,8 @@ package actor ConcurrencyGate {
         }
     }
 
-    /// Waits for a place; every successful `acquire` needs one `release`.
+    /// Waits for a place; every successful `acquire` needs one `release`. The wait is a pair of
+    /// child tasks of the caller (the waiter and its timer), so a cancelled caller stops waiting.
     func acquire() async throws(APIError) {
         if running < limits.limit {
             running += 1
@@ -53,29 +57,57 @@ package actor ConcurrencyGate {
         guard waiters.count < limits.queueLimit else { throw busy() }
         let id = nextID
         nextID += 1
+        waiters.append((id, nil))
         let wait = limits.maxWait
-        let admitted = await withCheckedContinuation { continuation in
-            waiters.append((id, continuation))
-            Task { [weak self] in
+        let admitted = await withTaskGroup(of: Bool?.self) { group in
+            group.addTask { await self.park(id) }
+            group.addTask {
                 try? await Task.sleep(for: wait)
-                await self?.expire(id)
+                await self.decide(id, admitted: false)
+                return nil
             }
+            var admitted = false
+            while let result = await group.next() {
+                if let result {
+                    admitted = result
+                    group.cancelAll()
+                }
+            }
+            return admitted
         }
         guard admitted else { throw busy() }
     }
 
     /// Hands the place to the longest waiter, or frees it.
     func release() {
-        if waiters.isEmpty {
-            running -= 1
+        if let first = waiters.first {
+            decide(first.id, admitted: true)
         } else {
-            waiters.removeFirst().continuation.resume(returning: true)
+            running -= 1
         }
     }
 
-    private func expire(_ id: UInt64) {
+    /// Settles waiter `id` once (admitted by a release, or not by its timer); later calls do nothing.
+    private func decide(_ id: UInt64, admitted: Bool) {
         guard let index = waiters.firstIndex(where: { $0.id == id }) else { return }
-        waiters.remove(at: index).continuation.resume(returning: false)
+        let waiter = waiters.remove(at: index)
+        if let continuation = waiter.continuation {
+            continuation.resume(returning: admitted)
+        } else {
+            decided[id] = admitted  // settled before the waiter parked
+        }
+    }
+
+    /// Waits until waiter `id` is settled.
+    private func park(_ id: UInt64) async -> Bool {
+        if let admitted = decided.removeValue(forKey: id) { return admitted }
+        return await withCheckedContinuation { continuation in
+            guard let index = waiters.firstIndex(where: { $0.id == id }) else {
+                continuation.resume(returning: false)
+                return
+            }
+            waiters[index].continuation = continuation
+        }
     }
 
     private func busy() -> APIError {

@@ -140,20 +140,31 @@ struct ProcessOutput: Sendable {
         let exited = AsyncStream<Int32>.makeStream()
         process.terminationHandler = { exited.continuation.yield($0.terminationStatus); exited.continuation.finish() }
         try process.run()
-        let watchdog = Task {
-            try await Task.sleep(for: timeout)
-            collected.markTimedOut()
-            // SIGKILL: the child inherits the spawning thread's signal mask, which may block SIGTERM.
-            kill(process.processIdentifier, SIGKILL)
+        let pid = process.processIdentifier
+        // SIGKILL: the child inherits the spawning thread's signal mask, which may block SIGTERM.
+        // The process dies with the task that waits for it (a cancelled play, the engine's shutdown).
+        let status = await withTaskCancellationHandler {
+            await withTaskGroup(of: Void.self) { group -> Int32 in
+                group.addTask {
+                    try? await Task.sleep(for: timeout)
+                    guard !Task.isCancelled else { return }
+                    collected.markTimedOut()
+                    kill(pid, SIGKILL)
+                }
+                var status: Int32 = -1
+                for await code in exited.stream { status = code }
+                group.cancelAll()
+                return status
+            }
+        } onCancel: {
+            kill(pid, SIGKILL)
         }
-        var status: Int32 = -1
-        for await code in exited.stream { status = code }
-        watchdog.cancel()
         out.fileHandleForReading.readabilityHandler = nil
         err.fileHandleForReading.readabilityHandler = nil
         collected.append(out: out.fileHandleForReading.readDataToEndOfFile())
         collected.append(err: err.fileHandleForReading.readDataToEndOfFile())
         if collected.timedOut { throw Timeout() }
+        try Task.checkCancellation()
         let (stdout, stderr) = collected.value
         return ProcessOutput(status: status, standardOutput: stdout, standardError: String(decoding: stderr, as: UTF8.self))
     }

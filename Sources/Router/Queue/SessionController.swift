@@ -161,33 +161,57 @@ actor SessionController {
         return state
     }
 
-    /// Runs one queue input and carries out what it asks for.
-    private func apply(_ input: SessionQueue.Input) async throws(APIError) {
-        // Pause and resume change the queue only once the engine has done them.
-        if input == .pause || input == .resume, snapshot.queue.status != .idle {
-            var trial = snapshot.queue
-            let action = trial.handle(input)
-            if case .refuse(let refusal) = action { throw Self.error(refusal) }
-            let generation = snapshot.queue.generation
-            // Named by play id, the engine refuses it if that play has been replaced meanwhile.
-            try await engine.control(
-                id, input == .pause ? .pause(playID: snapshot.playID) : .resume(playID: snapshot.playID))
-            // And if the queue moved on while the engine answered, the new track's state stands.
-            guard snapshot.queue.generation == generation else { return }
-            if snapshot.queue.handle(input) != .none {
-                if input == .pause { setPosition(position) } else { positionAt = .now }
-                changed()
-            }
-            return
-        }
-        let resuming = input == .resume
-        let action = snapshot.queue.handle(input)
-        try await carryOut(action, startMS: resuming ? snapshot.positionMS : nil)
+    // MARK: Running the queue's actions
+
+    /// What carrying out one action leaves to do.
+    private enum Outcome {
+        case done
+        /// The engine answered; the queue takes the answer as its next input.
+        case next(SessionQueue.Input)
+        /// An action of its own (an early `finished` that advances the queue).
+        case then(SessionQueue.Action)
+        /// The engine (or the queue) refused: the queue takes `next`, if any, then the caller gets `error`.
+        case failed(APIError, next: SessionQueue.Input?)
     }
 
-    private func carryOut(_ action: SessionQueue.Action, startMS: Int64? = nil) async throws(APIError) {
+    /// Hands `input` to the queue and carries out the actions that follow.
+    private func apply(_ input: SessionQueue.Input) async throws(APIError) {
+        try await run(step(input))
+    }
+
+    /// Carries out `first`, then each action the engine's answers lead the queue to, until none
+    /// is left. Nothing here decides: the queue does, this only does what it says.
+    private func run(_ first: SessionQueue.Action) async throws(APIError) {
+        var action = first
+        while true {
+            switch await carryOut(action) {
+            case .done:
+                return
+            case .next(let input):
+                action = step(input)
+            case .then(let next):
+                action = next
+            case .failed(let error, let next):
+                if let next { try? await run(step(next)) }
+                throw error
+            }
+        }
+    }
+
+    /// The queue's answer to `input`; the position clock stops and starts with its status.
+    private func step(_ input: SessionQueue.Input) -> SessionQueue.Action {
+        let now = position
+        let wasPlaying = snapshot.queue.status == .playing
+        let action = snapshot.queue.handle(input)
+        if wasPlaying != (snapshot.queue.status == .playing) { setPosition(now) }
+        return action
+    }
+
+    /// Does one action's I/O and says what follows from the answer.
+    private func carryOut(_ action: SessionQueue.Action) async -> Outcome {
         switch action {
-        case .play(let track, let generation):
+        case .play(let track, let generation, let resuming):
+            let startMS = resuming ? snapshot.positionMS : nil
             snapshot.playID = nil
             setPosition(startMS ?? 0)
             changed()
@@ -198,42 +222,63 @@ actor SessionController {
                 playID = try await engine.play(id, url: track.url, startMS: startMS, volume: snapshot.volume)
             } catch {
                 // The engine refused: nothing plays now. Stop here rather than try every track.
-                if snapshot.queue.generation == generation {
-                    _ = snapshot.queue.handle(.finished(generation: generation, reason: .other))
-                    changed()
-                }
-                throw error
+                return .failed(error, next: .finished(generation: generation, reason: .other))
             }
             plays[playID] = generation
             if snapshot.queue.generation == generation { snapshot.playID = playID }
+            // Events that beat the answer; the last of them may have ended the play already.
             let early = unclaimed.filter { $0.playID == playID }
             unclaimed.removeAll { $0.playID == playID }
-            for event in early { handle(event) }
+            var advance: PendingPlay?
+            for event in early { advance = handle(event) ?? advance }
             changed()
+            return advance.map { .then($0.action) } ?? .done
         case .stop:
             snapshot.playID = nil
             changed()
-            try await engine.control(id, .stop)
-        case .pause, .resume:
-            changed()
+            do {
+                try await engine.control(id, .stop)
+            } catch {
+                return .failed(error, next: nil)
+            }
+            return .done
+        case .pause(let generation), .resume(let generation):
+            let pausing = action == .pause(generation: generation)
+            // Named by play id, the engine refuses it if that play has been replaced meanwhile.
+            do {
+                try await engine.control(
+                    id, pausing ? .pause(playID: snapshot.playID) : .resume(playID: snapshot.playID))
+            } catch {
+                return .failed(error, next: nil)
+            }
+            return .next(pausing ? .paused(generation: generation) : .resumed(generation: generation))
         case .updated:
             changed()
+            return .done
         case .none:
-            break
+            return .done
         case .refuse(let refusal):
-            throw Self.error(refusal)
+            return .failed(Self.error(refusal), next: nil)
         }
     }
 
     // MARK: Engine events
 
-    /// An event of this session from the engine (in socket order).
-    func handle(_ event: WireEvent) {
-        guard let playID = event.playID else { return }
+    /// An auto-advance an event left to start: its HTTP call runs in a task of its own
+    /// (`advance`), so it never holds up the events behind it.
+    struct PendingPlay: Sendable {
+        fileprivate let action: SessionQueue.Action
+    }
+
+    /// An event of this session from the engine (in socket order). Returns the play it leaves to
+    /// start, if any.
+    @discardableResult
+    func handle(_ event: WireEvent) -> PendingPlay? {
+        guard let playID = event.playID else { return nil }
         guard let generation = plays[playID] else {
             // Possibly a play whose id is still on its way back over HTTP.
             if startsInFlight > 0 && unclaimed.count < 64 { unclaimed.append(event) }
-            return
+            return nil
         }
         let current = generation == snapshot.queue.generation
         switch event.type {
@@ -242,7 +287,7 @@ actor SessionController {
                 setPosition(event.positionMS ?? snapshot.positionMS)
                 lastActive = .now
             }
-            if snapshot.queue.handle(.ready(generation: generation, title: event.title, durationMS: event.durationMS)) != .none {
+            if step(.ready(generation: generation, title: event.title, durationMS: event.durationMS)) != .none {
                 changed()
             }
         case .finished:
@@ -253,35 +298,31 @@ actor SessionController {
                 case .error: .error
                 default: .other
                 }
-            guard current else { return }
+            guard current else { return nil }
             lastActive = .now
             snapshot.playID = nil
-            let action = snapshot.queue.handle(.finished(generation: generation, reason: reason))
-            if case .play = action {
-                // Auto-advance: the next play's HTTP call must not hold up other events.
-                Task { await self.advance(action) }
-            } else if action != .none {
-                setPosition(snapshot.positionMS)
-                changed()
-            }
+            let action = step(.finished(generation: generation, reason: reason))
+            if case .play = action { return PendingPlay(action: action) }
+            if action != .none { changed() }
         case .progress, .seeked:
-            guard current, let position = event.positionMS else { return }
+            guard current, let position = event.positionMS else { return nil }
             setPosition(position)
             if event.type == .seeked { changed() } else { persistOnly() }
         case .paused, .resumed:
-            guard current else { return }
+            guard current else { return nil }
             if let position = event.positionMS { setPosition(position) }
         case .volume:
             if let volume = event.volume, current { snapshot.volume = volume }
         default:
             break
         }
+        return nil
     }
 
     /// Starts the next track after an auto-advance; a refusal tells the clients.
-    private func advance(_ action: SessionQueue.Action) async {
+    func advance(_ pending: PendingPlay) async {
         do {
-            try await carryOut(action)
+            try await run(pending.action)
         } catch {
             sink.broadcast(id, ErrorEvent(sessionID: id.description, code: error.code, message: error.message).json())
         }

@@ -56,9 +56,15 @@ struct SessionQueue: Sendable, Equatable, Codable {
         /// `positionMS` is where the current track is; past 3 s `previous` restarts it.
         case previous(positionMS: Int64)
         case stop
+        /// Asks for a pause; the queue is paused once the engine has done it (`paused`).
         case pause
-        /// Resumes a paused play, or plays the current track again after a stop or a restart.
+        /// Resumes a paused play (the queue plays again once the engine has: `resumed`), or plays
+        /// the current track again from where it was after a stop or a restart.
         case resume
+        /// The engine paused the play of `generation`.
+        case paused(generation: UInt64)
+        /// The engine resumed the play of `generation`.
+        case resumed(generation: UInt64)
         case setLoop(LoopMode)
         /// Shuffles the tracks after the current one with the given permutation source.
         case shuffle(seed: UInt64)
@@ -80,12 +86,14 @@ struct SessionQueue: Sendable, Equatable, Codable {
     }
 
     enum Action: Equatable {
-        /// Ask the engine to play `track` for `generation` (it replaces whatever plays).
-        case play(Track, generation: UInt64)
+        /// Ask the engine to play `track` for `generation` (it replaces whatever plays), from the
+        /// start or, when `resuming`, from where the track was.
+        case play(Track, generation: UInt64, resuming: Bool = false)
         /// Ask the engine to stop the session.
         case stop
-        case pause
-        case resume
+        /// Ask the engine to pause (resume) the play of `generation`; its answer is the next input.
+        case pause(generation: UInt64)
+        case resume(generation: UInt64)
         /// Only the stored queue changed (tell clients, persist).
         case updated
         /// An input from an older generation, or one that changes nothing.
@@ -179,16 +187,24 @@ struct SessionQueue: Sendable, Equatable, Codable {
             guard status == .playing else {
                 return .refuse(.invalidState(status == .paused ? "already paused" : "nothing is playing"))
             }
-            status = .paused
-            return .pause
+            return .pause(generation: generation)
 
         case .resume:
-            if status == .idle, let stopped = current { return start(at: stopped) }
+            if status == .idle, let stopped = current { return start(at: stopped, resuming: true) }
             guard status == .paused else {
                 return .refuse(.invalidState(status == .playing ? "already playing" : "nothing is paused"))
             }
+            return .resume(generation: generation)
+
+        case .paused(let generation):
+            guard generation == self.generation, status == .playing else { return .none }
+            status = .paused
+            return .updated
+
+        case .resumed(let generation):
+            guard generation == self.generation, status == .paused else { return .none }
             status = .playing
-            return .resume
+            return .updated
 
         case .setLoop(let mode):
             loop = mode
@@ -230,11 +246,11 @@ struct SessionQueue: Sendable, Equatable, Codable {
     }
 
     /// Makes `index` current and asks for it in a new generation.
-    private mutating func start(at index: Int) -> Action {
+    private mutating func start(at index: Int, resuming: Bool = false) -> Action {
         current = index
         generation += 1
         status = .starting
-        return .play(tracks[index], generation: generation)
+        return .play(tracks[index], generation: generation, resuming: resuming)
     }
 
     private mutating func stopAll(keepIndex: Bool, tellEngine: Bool = true) -> Action {

@@ -101,9 +101,11 @@ actor SessionDirectory {
         }
     }
 
-    /// Hands an engine event to its session's controller.
-    func dispatch(_ event: WireEvent) async {
-        await controllers[event.sessionID]?.handle(event)
+    /// Hands an engine event to its session's controller; returns the auto-advance it leads to,
+    /// for the caller to run in a task of its own.
+    func dispatch(_ event: WireEvent) async -> (@Sendable () async -> Void)? {
+        guard let controller = controllers[event.sessionID], let pending = await controller.handle(event) else { return nil }
+        return { await controller.advance(pending) }
     }
 
     /// The plays the Router believes the engine is running: session → play id.
@@ -161,7 +163,8 @@ actor SessionDirectory {
     }
 }
 
-/// Feeds engine events to the directory in order, and releases stale sessions on a timer.
+/// Feeds engine events to the directory in order, runs the auto-advances they lead to as child
+/// tasks (cancelled at shutdown), and releases stale sessions on a timer.
 struct SessionUpkeep: Service {
     let directory: SessionDirectory
     let events: AsyncStream<WireEvent>
@@ -172,7 +175,11 @@ struct SessionUpkeep: Service {
         await cancelWhenGracefulShutdown {
             await withDiscardingTaskGroup { group in
                 group.addTask {
-                    for await event in events { await directory.dispatch(event) }
+                    await withDiscardingTaskGroup { advances in
+                        for await event in events {
+                            if let advance = await directory.dispatch(event) { advances.addTask(operation: advance) }
+                        }
+                    }
                 }
                 group.addTask {
                     while !Task.isCancelled {

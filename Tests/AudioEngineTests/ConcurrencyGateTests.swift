@@ -1,0 +1,90 @@
+// The gate in front of yt-dlp runs and source opens: waiters are admitted in order, a full queue
+// and a wait that runs out are refused at once with 503 `resolver_busy`, and neither a timed-out
+// nor a cancelled waiter keeps a place or a queue slot.
+import Foundation
+import HTTPTypes
+import Synchronization
+import ServiceSupport
+import Testing
+
+@testable import AudioEngine
+
+@Suite struct ConcurrencyGateTests {
+    @Test func waitersAreAdmittedInOrderAndAFullQueueIsRefused() async throws {
+        let gate = ConcurrencyGate("tests", limits: .init(limit: 1, queueLimit: 2, maxWait: .seconds(30)))
+        try await gate.acquire()
+        let order = OrderLog()
+        let first = Task { try await gate.acquire(); order.append(1) }
+        while await gate.load.waiting < 1 { await Task.yield() }
+        let second = Task { try await gate.acquire(); order.append(2) }
+        while await gate.load.waiting < 2 { await Task.yield() }
+        let refused = await #expect(throws: APIError.self) { try await gate.acquire() }
+        #expect(refused?.code == "resolver_busy" && refused?.status == .serviceUnavailable)
+
+        await gate.release()
+        try await first.value
+        await gate.release()
+        try await second.value
+        #expect(order.values == [1, 2])
+        await gate.release()
+        #expect(await gate.load == (0, 0))
+    }
+
+    @Test func aWaitThatRunsOutIsRefusedAndLeavesNothingBehind() async throws {
+        let gate = ConcurrencyGate("tests", limits: .init(limit: 1, queueLimit: 4, maxWait: .milliseconds(50)))
+        try await gate.acquire()
+        let started = ContinuousClock.now
+        let error = await #expect(throws: APIError.self) { try await gate.acquire() }
+        #expect(error?.code == "resolver_busy")
+        #expect(ContinuousClock.now - started < .seconds(5))
+        #expect(await gate.load == (1, 0))
+        await gate.release()
+        #expect(await gate.load == (0, 0), "the timed-out waiter must not have been handed the place")
+    }
+
+    @Test func aCancelledWaiterStopsWaiting() async throws {
+        let gate = ConcurrencyGate("tests", limits: .init(limit: 1, queueLimit: 4, maxWait: .seconds(60)))
+        try await gate.acquire()
+        let waiter = Task { try await gate.acquire() }
+        while await gate.load.waiting < 1 { await Task.yield() }
+        waiter.cancel()
+        await #expect(throws: APIError.self) { try await waiter.value }
+        #expect(await gate.load == (1, 0))
+        await gate.release()
+        #expect(await gate.load == (0, 0))
+    }
+
+    /// A yt-dlp run dies with the task waiting for it (a replaced play, the engine's shutdown)
+    /// instead of running on to its timeout.
+    @Test func aCancelledSubprocessIsKilled() async throws {
+        let marker = "tonearm-gate-test-\(UInt32.random(in: 0 ... .max))"
+        let run = Task {
+            try await ProcessOutput.run(
+                "python3", arguments: ["-c", "import time; time.sleep(30)  # \(marker)"], timeout: .seconds(60))
+        }
+        let deadline = ContinuousClock.now + .seconds(5)
+        while !Self.running(marker), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(Self.running(marker))
+        let cancelled = ContinuousClock.now
+        run.cancel()
+        await #expect(throws: (any Error).self) { try await run.value }
+        #expect(ContinuousClock.now - cancelled < .seconds(5))
+        #expect(!Self.running(marker))
+    }
+
+    /// Whether a process whose command line contains `marker` is alive.
+    static func running(_ marker: String) -> Bool {
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        return entries.contains { pid in
+            guard pid.allSatisfy(\.isNumber), let line = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline")
+            else { return false }
+            return String(decoding: line, as: UTF8.self).contains(marker)
+        }
+    }
+}
+
+final class OrderLog: Sendable {
+    private let log = Mutex<[Int]>([])
+    func append(_ value: Int) { log.withLock { $0.append(value) } }
+    var values: [Int] { log.withLock { $0 } }
+}
