@@ -19,12 +19,20 @@ final class ScriptedEngine: EngineControl {
         var gates: [String: CheckedContinuation<Void, Never>] = [:]
         var heldURLs: Set<String> = []
         var refuse: Set<String> = []
+        var active: [SessionID: UInt64]? = [:]
     }
     private let state = Mutex(State())
 
     /// Resolves of `url` wait for `release(url)`.
     func hold(_ url: String) { state.withLock { _ = $0.heldURLs.insert(url) } }
     func refusePlays(of url: String) { state.withLock { _ = $0.refuse.insert(url) } }
+    /// What `activePlays()` answers; nil: the engine cannot be reached.
+    func setActivePlays(_ plays: [SessionID: UInt64]?) { state.withLock { $0.active = plays } }
+
+    func activePlays() async throws -> [SessionID: UInt64] {
+        guard let plays = state.withLock({ $0.active }) else { throw APIError.internalError }
+        return plays
+    }
 
     func release(_ url: String) {
         let gate = state.withLock { state -> CheckedContinuation<Void, Never>? in

@@ -1,6 +1,9 @@
-// Releasing stale sessions against what is using them: a command in flight or a client on its
-// way to subscribing keeps its session (and so its controller, which the engine's events reach).
+// The sessions in memory: releasing stale ones against what is using them (a command in flight or
+// a client on its way to subscribing keeps its session), loading stored ones, handing events on,
+// the browsers' share of the engine, and what reconciliation ends after the engine restarted.
+import HTTPTypes
 import Logging
+import ServiceSupport
 import Synchronization
 import Testing
 import WireProtocol
@@ -34,5 +37,101 @@ import WireProtocol
         await directory.releaseStale(idleFor: .zero)
         #expect(await directory.released == 1)
         #expect(await directory.existing(id) == nil)
+    }
+
+    func directory(
+        engine: ScriptedEngine = ScriptedEngine(), store: SessionStore = SessionStore(), database: SessionDatabase? = nil,
+        browserPlays: Int? = nil
+    ) -> SessionDirectory {
+        SessionDirectory(
+            store: store, engine: engine, database: database, writer: nil, logger: Logger(label: "test"),
+            browserPlays: browserPlays)
+    }
+
+    @Test func aStoredSessionIsLoadedOnFirstUseAndPlayingOnesAtStart() async throws {
+        let database = try SessionDatabase(path: ":memory:")
+        let playing = try SessionID("was-playing"), stopped = try SessionID("was-stopped")
+        var queue = SessionQueue()
+        _ = queue.handle(.enqueue([Track(url: "a.mp3")]))
+        _ = queue.handle(.ready(generation: 1))
+        try await database.save([playing: SessionSnapshot(queue: queue, playID: 3), stopped: SessionSnapshot(volume: 30)])
+        let store = SessionStore()
+        let directory = directory(store: store, database: database)
+        await directory.restore()
+        // Restored at start: its events are followed (the store routes them) before anyone asks.
+        #expect(await directory.existing(playing) != nil)
+        #expect(store.findBySessionId(playing) != nil)
+        #expect(await directory.activePlays() == [playing: 3])
+        #expect(await directory.existing(stopped) == nil)
+        // Loaded when first used, with its settings.
+        #expect(await directory.controller(for: stopped).state.volume == 30)
+    }
+
+    @Test func anEventReachesItsSessionAndAnAutoAdvanceIsLeftToTheCaller() async throws {
+        let engine = ScriptedEngine()
+        let directory = directory(engine: engine)
+        let id = try SessionID("guild-1"), other = try SessionID("guild-2")
+        try await directory.using(id) { try await $0.perform(.enqueue(url: "list")) }
+        try await directory.using(other) { try await $0.perform(.enqueue(url: "solo.mp3")) }
+        #expect(await directory.dispatch(WireEvent(type: .ready, sessionID: id, playID: 1)) == nil)
+        let advance = try #require(
+            await directory.dispatch(WireEvent(type: .finished, sessionID: id, playID: 1, reason: .finished)))
+        #expect(engine.plays == ["play list-1.mp3", "play solo.mp3"], "nothing started before the caller ran it")
+        await advance()
+        #expect(engine.plays.last == "play list-2.mp3")
+        #expect(await directory.existing(other)?.state.status == "starting", "the other session is untouched")
+        // An event of a session not in memory is dropped.
+        #expect(await directory.dispatch(WireEvent(type: .finished, sessionID: try SessionID("gone"), playID: 9)) == nil)
+    }
+
+    @Test func browsersShareOnlyTheirPartOfTheEngine() async throws {
+        let directory = directory(browserPlays: 1)
+        let first = try SessionID("tab-1"), second = try SessionID("tab-2")
+        try await directory.admitBrowser(.play(url: "a.mp3"), on: first)
+        try await directory.using(first) { try await $0.perform(.play(url: "a.mp3")) }
+        // The one browser play is held: another tab may not start one, but may do anything else.
+        let refused = await #expect(throws: APIError.self) { try await directory.admitBrowser(.play(url: "b.mp3"), on: second) }
+        #expect(refused?.code == "browser_share_exhausted" && refused?.status == .serviceUnavailable)
+        #expect(refused?.retryAfterSeconds != nil)
+        try await directory.admitBrowser(.loop(.queue), on: second)
+        // The holder may change its own play.
+        try await directory.admitBrowser(.play(url: "c.mp3"), on: first)
+        // Once it stops, the place is free at once.
+        try await directory.using(first) { try await $0.perform(.stop) }
+        try await directory.admitBrowser(.play(url: "b.mp3"), on: second)
+    }
+
+    @Test func reconciliationEndsOnlyThePlaysTheEngineLost() async throws {
+        let engine = ScriptedEngine()
+        let store = SessionStore()
+        let directory = directory(engine: engine, store: store)
+        let (events, sink) = AsyncStream<WireEvent>.makeStream()
+        store.forwardEvents(to: sink)
+        let kept = try SessionID("kept"), lost = try SessionID("lost"), replaced = try SessionID("replaced")
+        for id in [kept, lost, replaced] {
+            try await directory.using(id) { try await $0.perform(.play(url: "\(id).mp3")) }
+        }
+        let listener = store.subscribe(lost)
+        // The engine restarted: it runs `kept`'s play, a newer play on `replaced`, nothing on `lost`.
+        engine.setActivePlays([kept: 1, replaced: 99])
+        await EngineReconciliation.run(store: store, directory: directory, engine: engine, logger: Logger(label: "test"))
+        sink.finish()
+        var ended: [String] = []
+        for await event in events {
+            ended.append("\(event.sessionID) \(event.code ?? "")")
+            _ = await directory.dispatch(event)
+        }
+        #expect(ended.sorted() == ["lost engine_restarted", "replaced engine_restarted"])
+        #expect(await directory.existing(lost)?.state.status == "idle")
+        #expect(await directory.existing(kept)?.state.status == "starting")
+        // The listener of the lost session is told why it went quiet.
+        var iterator = listener.messages.makeAsyncIterator()
+        guard case .event(let json) = await iterator.next() else { Issue.record("no event"); return }
+        #expect(json.contains("engine_restarted"))
+
+        // An engine that cannot be asked ends nothing.
+        engine.setActivePlays(nil)
+        await EngineReconciliation.run(store: store, directory: directory, engine: engine, logger: Logger(label: "test"))
+        #expect(await directory.activePlays().keys.sorted { $0.description < $1.description } == [kept])
     }
 }

@@ -26,6 +26,8 @@ protocol EngineControl: Sendable {
     func control(_ id: SessionID, _ control: SessionControl) async throws(APIError)
     /// Title, duration and playlist entries of a URL (422 when it cannot be played).
     func resolve(_ url: String) async throws(APIError) -> Resolution
+    /// The plays the engine is running now: session → play id.
+    func activePlays() async throws -> [SessionID: UInt64]
 }
 
 /// An engine answer: status and JSON body.

@@ -6,7 +6,7 @@ import WireProtocol
 enum EngineReconciliation {
     /// After a (re)connection: a play the Router thinks is in progress but the engine no longer
     /// has (it restarted) ends for its listeners, so nobody is left "playing" in silence.
-    static func run(store: SessionStore, directory: SessionDirectory, engine: EngineClient, logger: Logger) async {
+    static func run(store: SessionStore, directory: SessionDirectory, engine: any EngineControl, logger: Logger) async {
         let believed = await directory.activePlays()
         guard !believed.isEmpty else { return }
         guard let actual = try? await engine.activePlays() else { return }
@@ -19,5 +19,4 @@ enum EngineReconciliation {
                         message: "the audio engine restarted; press play to continue")))
         }
     }
-
 }

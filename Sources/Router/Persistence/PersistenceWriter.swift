@@ -31,24 +31,44 @@ final class PersistenceWriter: Service, Sendable {
         await cancelWhenGracefulShutdown {
             for await _ in self.wakes {
                 try? await Task.sleep(for: self.delay)
+                if Task.isCancelled { break }
                 await self.flush()
             }
         }
-        await flush()
+        // Also when the service was cancelled rather than shut down gracefully: nothing is lost.
+        flushBlocking()
     }
 
     /// Writes everything queued so far.
-    func flush() async {
-        let batch = pending.withLock { pending in
-            defer { pending.removeAll() }
-            return pending
-        }
+    private func flush() async {
+        let batch = takePending()
         guard !batch.isEmpty else { return }
         do {
             try await database.save(batch)
         } catch {
-            logger.error("could not save sessions; keeping them for the next write", metadata: ["error": "\(error)"])
-            pending.withLock { pending in pending.merge(batch) { newer, _ in newer } }
+            keep(batch, after: error)
         }
+    }
+
+    private func flushBlocking() {
+        let batch = takePending()
+        guard !batch.isEmpty else { return }
+        do {
+            try database.saveBlocking(batch)
+        } catch {
+            keep(batch, after: error)
+        }
+    }
+
+    private func takePending() -> [SessionID: SessionSnapshot] {
+        pending.withLock { pending in
+            defer { pending.removeAll() }
+            return pending
+        }
+    }
+
+    private func keep(_ batch: [SessionID: SessionSnapshot], after error: any Error) {
+        logger.error("could not save sessions; keeping them for the next write", metadata: ["error": "\(error)"])
+        pending.withLock { pending in pending.merge(batch) { newer, _ in newer } }
     }
 }

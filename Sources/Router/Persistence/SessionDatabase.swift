@@ -56,19 +56,30 @@ struct SessionDatabase: Sendable {
 
     /// Writes a batch of snapshots in one transaction.
     func save(_ batch: [SessionID: SessionSnapshot]) async throws {
-        let rows = try batch.map {
-            ($0.key.description, String(decoding: try JSONCoding.encoder.encode($0.value), as: UTF8.self))
-        }
+        let rows = try Self.rows(batch)
+        try await writer.write { db in try Self.upsert(rows, db) }
+    }
+
+    /// Writes a batch on the calling thread, whether or not its task was cancelled: the last
+    /// write when the Router stops (GRDB's async writes give up on a cancelled task).
+    func saveBlocking(_ batch: [SessionID: SessionSnapshot]) throws {
+        let rows = try Self.rows(batch)
+        try writer.write { db in try Self.upsert(rows, db) }
+    }
+
+    private static func rows(_ batch: [SessionID: SessionSnapshot]) throws -> [(String, String)] {
+        try batch.map { ($0.key.description, String(decoding: try JSONCoding.encoder.encode($0.value), as: UTF8.self)) }
+    }
+
+    private static func upsert(_ rows: [(String, String)], _ db: Database) throws {
         let now = Date().timeIntervalSince1970
-        try await writer.write { db in
-            for (id, json) in rows {
-                try db.execute(
-                    sql: """
-                        INSERT INTO session (id, snapshot, updated_at) VALUES (?, ?, ?)
-                        ON CONFLICT(id) DO UPDATE SET snapshot = excluded.snapshot, updated_at = excluded.updated_at
-                        """,
-                    arguments: [id, json, now])
-            }
+        for (id, json) in rows {
+            try db.execute(
+                sql: """
+                    INSERT INTO session (id, snapshot, updated_at) VALUES (?, ?, ?)
+                    ON CONFLICT(id) DO UPDATE SET snapshot = excluded.snapshot, updated_at = excluded.updated_at
+                    """,
+                arguments: [id, json, now])
         }
     }
 }
