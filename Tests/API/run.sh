@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Tests/API/run.sh — schemathesis against the real binaries: starts the engine and the Router
 # (release builds from TONEARM_BIN_DIR) on free ports with a tone in a media folder, runs every
-# operation of the Router's OpenAPI document (served at /openapi.json) with all of schemathesis'
-# checks (server errors, undocumented statuses, answers outside their schemas, malformed input
-# accepted, valid input refused; Tests/API/schemathesis.toml says which refusals are intended),
-# then checks that both processes are still running, and stops them. `/listen` is left out: its
-# answer is an endless Ogg stream. ST_SEED picks the run (default 1, so CI repeats it).
+# operation of the Router's OpenAPI document (served at /openapi.json), then of the engine's
+# (docs/engine-openapi.json) against the engine's control port, with all of schemathesis' checks
+# (server errors, undocumented statuses, answers outside their schemas, malformed input accepted,
+# valid input refused; the two .toml files here say which refusals are intended), then checks
+# that both processes are still running, and stops them. `/listen` is left out: its answer is an
+# endless Ogg stream; so is the engine's `/search`: without a network every search is yt-dlp
+# timing out. ST_SEED picks the run (default 1, so CI repeats it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin=${TONEARM_BIN_DIR:-$(swift build -c release --show-bin-path)}
@@ -30,6 +32,8 @@ curl -fs "$base/health" | grep -q '"connected":true' || { echo "the Router never
 status=0
 st --config-file Tests/API/schemathesis.toml run "$base/openapi.json" --checks all \
   --exclude-operation-id listen --seed "${ST_SEED:-1}" --no-color || status=$?
+st --config-file Tests/API/engine-schemathesis.toml run docs/engine-openapi.json --url "$TONEARM_ENGINE_URL" \
+  --checks all --exclude-operation-id search --seed "${ST_SEED:-1}" --no-color || status=$?
 for name in engine router; do
   pid=${!name}
   kill -0 "$pid" 2>/dev/null || { echo "the $name exited during the run"; tail -20 "$work/$name.log"; status=1; }

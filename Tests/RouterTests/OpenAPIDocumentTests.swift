@@ -5,40 +5,23 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
+import TestSupport
 import Testing
 
 @testable import TonearmRouter
 
 @Suite struct OpenAPIDocumentTests {
-    static let publicDirectory = URL(fileURLWithPath: #filePath)
-        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    static let publicDirectory = OpenAPIOperations.repository(from: #filePath)
         .appendingPathComponent("Sources/Router/Resources/Public").path
 
-    /// "METHOD /path/{param}" for every operation of the document.
     func documented() throws -> Set<String> {
-        let data = try Data(contentsOf: URL(fileURLWithPath: Self.publicDirectory + "/openapi.json"))
-        let document = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
-        #expect(document["openapi"] as? String == "3.1.0")
-        let paths = try #require(document["paths"] as? [String: [String: Any]])
-        var operations = Set<String>()
-        for (path, item) in paths {
-            for method in item.keys where ["get", "post", "put", "delete", "patch"].contains(method) {
-                operations.insert("\(method.uppercased()) \(path)")
-            }
-        }
-        return operations
+        try OpenAPIOperations.documented(in: Self.publicDirectory + "/openapi.json")
     }
 
-    /// The same for the routes the Router registers (`:name` written `{name}`).
-    func registered() throws -> Set<String> {
-        let router = RouterRoutesTests.makeRouter()
-        return Set(
-            router.routes.map { route in
-                let path = route.path.description.split(separator: "/", omittingEmptySubsequences: false).map {
-                    $0.hasPrefix(":") ? "{\($0.dropFirst())}" : String($0)
-                }.joined(separator: "/")
-                return "\(route.method.rawValue) \(path)"
-            })
+    func registered() -> Set<String> {
+        Set(RouterRoutesTests.makeRouter().routes.map {
+            OpenAPIOperations.operation(method: $0.method.rawValue, path: $0.path.description)
+        })
     }
 
     /// Registered on purpose but not an operation: any other command name is answered with
@@ -47,7 +30,7 @@ import Testing
 
     @Test func theDocumentNamesEveryRouteAndNoOther() throws {
         let documented = try documented()
-        let registered = try registered().subtracting(Self.undocumented)
+        let registered = registered().subtracting(Self.undocumented)
         #expect(registered.subtracting(documented).isEmpty, "routes missing from openapi.json: \(registered.subtracting(documented).sorted())")
         #expect(documented.subtracting(registered).isEmpty, "documented but not routed: \(documented.subtracting(registered).sorted())")
         // Not vacuous: the routes were read.
