@@ -9,9 +9,9 @@ APT_PACKAGES := pkg-config libopus-dev libavcodec-dev libavformat-dev libswresam
 PIP_PACKAGES := yt-dlp==2026.10.26
 # What the tests add: opus-tools (opusinfo), Chromium and Playwright (the playground), curl, openssl
 # and certutil (the TLS tests), promtool (the metrics checks), schemathesis (the API against its
-# OpenAPI document).
+# OpenAPI document), and the Discord bridge's own dependencies with pytest (bridges/discord).
 TEST_APT_PACKAGES := opus-tools chromium curl openssl libnss3-tools prometheus
-TEST_PIP_PACKAGES := playwright==1.49.1 schemathesis==4.32.5
+TEST_PIP_PACKAGES := playwright==1.49.1 schemathesis==4.32.5 discord.py[voice]==2.7.1 davey==0.1.7 pytest==9.2.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_MEDIA ?= $(CURDIR)/demo-media
 RUN_DIR ?= /tmp/tonearm-run
@@ -36,7 +36,8 @@ install-packages:
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 	@for p in $(PIP); do \
-		python3 -m pip show "$${p%%==*}" 2>/dev/null | grep -qx "Version: $${p##*==}" || \
+		name=$${p%%==*}; name=$${name%%[*}; \
+		python3 -m pip show "$$name" 2>/dev/null | grep -qx "Version: $${p##*==}" || \
 		python3 -m pip install --quiet --disable-pip-version-check --break-system-packages "$$p" 2>/dev/null || \
 		python3 -m pip install --quiet --disable-pip-version-check "$$p"; \
 	done
@@ -72,7 +73,8 @@ run: build-release demo-media
 
 ## Builds everything and runs every test suite. The end-to-end tests start release builds of
 ## the two executables, as a user would run them; unit tests run in the debug build; then
-## schemathesis runs the Router's OpenAPI document against them (Tests/API, about a minute).
+## schemathesis runs both OpenAPI documents against them (Tests/API, about a minute), and the
+## Discord bridge's tests run against them too (bridges/discord, about 20 s).
 ## First, in a second: does Package.swift load from what the image's Dockerfile copies?
 test: deps-test
 	deploy/check-build-context.sh
@@ -81,6 +83,7 @@ test: deps-test
 	swift build -c release --product Router
 	TONEARM_BIN_DIR="$$(swift build -c release --show-bin-path)" swift test --skip-build --no-parallel
 	TONEARM_BIN_DIR="$$(swift build -c release --show-bin-path)" Tests/API/run.sh
+	bin="$$(swift build -c release --show-bin-path)" && cd bridges/discord && TONEARM_BIN_DIR="$$bin" python3 -m pytest -q
 
 ## The unit tests under ThreadSanitizer, then every end-to-end test against AddressSanitizer builds
 ## of both executables (docs/reliability.md). Each has its own build folder (.build-tsan,

@@ -1,0 +1,126 @@
+"""The bridge's audio path against the real engine and Router, through discord.py's own player
+thread: what reaches the voice client is the tone that was played, 50 packets a second on
+Discord's clock, silence after a stop, speaking flags in order, and it comes back by itself
+when the Router is killed and restarted."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+from audio import decode, dominant_frequency, is_silence, level
+from standin import StandInVoice
+from tonearm_discord.guild_player import GuildPlayer
+
+GUILD = "112233445566778899"
+
+
+def audible(packets: list[tuple[float, bytes]]) -> list[tuple[float, bytes]]:
+    return [(t, p) for t, p in packets if not is_silence(p)]
+
+
+async def started(cluster, guild: str = GUILD) -> tuple[GuildPlayer, StandInVoice]:
+    player = GuildPlayer(guild, cluster.url, cluster.token)
+    voice = StandInVoice(asyncio.get_running_loop())
+    player.start()
+    await player.link.wait_connected(10)
+    await player.attach(voice)
+    return player, voice
+
+
+async def wait_for(condition, timeout: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError("timed out")
+        await asyncio.sleep(0.02)
+
+
+def test_the_tone_reaches_discord_on_its_clock(cluster):
+    async def scenario():
+        player, voice = await started(cluster)
+        try:
+            await player.link.command("play", url="tone-440.mp3")
+            await wait_for(lambda: len(audible(voice.client.recorded())) > 0)
+            first = len(voice.client.recorded())
+            await asyncio.sleep(3)
+            window = voice.client.recorded()[first:]
+            await player.link.command("stop")
+            await asyncio.sleep(1)
+            return window, voice.client.recorded(), list(voice.client.speaking)
+        finally:
+            await player.close()
+
+    window, everything, speaking = asyncio.run(scenario())
+    sound = [p for _, p in audible(window)]
+    assert len(sound) >= 140, f"{len(sound)} audible packets in 3 s"
+    samples = decode(sound[10:])
+    assert abs(dominant_frequency(samples) - 440) < 10
+    # ffmpeg's sine is 1/8 full scale (RMS 0.088); a mono file reaches each stereo channel at
+    # -3 dB (0.0625). Every 100 ms of it must be there: no dropouts.
+    chunks = [level(samples[i : i + 4800]) for i in range(4800, len(samples) - 4800, 4800)]  # after the decoder warmed up
+    assert all(0.05 < chunk < 0.075 for chunk in chunks), [round(c, 3) for c in chunks]
+    # Discord's clock: one packet every 20 ms, whatever the network did.
+    times = [t for t, _ in window]
+    errors = sorted(abs((b - a) - 0.020) for a, b in zip(times, times[1:]))
+    p99 = errors[int(len(errors) * 0.99) - 1]
+    print(f"p99 inter-packet error {p99 * 1000:.2f} ms, max {errors[-1] * 1000:.2f} ms, {len(window) / 3:.1f} packets/s")
+    assert p99 <= 0.005, f"p99 inter-packet error {p99 * 1000:.1f} ms"
+    assert 45 <= len(window) / 3 <= 55
+    # After the stop: silence frames, and speaking off after it was on.
+    assert all(is_silence(p) for p in [p for _, p in everything][-5:])
+    flags = [state for _, state in speaking]
+    assert 1 in flags and flags[-1] == 0, flags
+
+
+def test_it_recovers_when_the_router_is_killed_and_restarted(cluster):
+    async def scenario():
+        player, voice = await started(cluster)
+        try:
+            await player.link.command("play", url="tone-880.mp3")
+            await wait_for(lambda: len(audible(voice.client.recorded())) > 50)
+            cluster.kill_router()
+            await asyncio.sleep(1)
+            before = len(voice.client.recorded())
+            await asyncio.get_running_loop().run_in_executor(None, cluster.start_router)
+            await wait_for(lambda: player.link.connections >= 2, 20)
+            # The restarted Router follows the engine's play again: audio resumes by itself.
+            await wait_for(lambda: len(audible(voice.client.recorded()[before:])) > 50, 20)
+            return [p for _, p in audible(voice.client.recorded()[before:])]
+        finally:
+            await player.close()
+
+    after = asyncio.run(scenario())
+    samples = decode(after[5:55])
+    assert abs(dominant_frequency(samples) - 880) < 15
+
+
+def test_a_one_second_stall_is_bridged_with_silence_on_discords_clock(cluster):
+    async def scenario():
+        player, voice = await started(cluster, guild="334455667788990011")
+        try:
+            await player.link.command("play", url="tone-440.mp3")
+            await wait_for(lambda: len(audible(voice.client.recorded())) > 50)
+            before = len(voice.client.recorded())
+            # The Router stops for a second: nothing arrives, then what waited arrives at once.
+            cluster.router.send_signal(signal.SIGSTOP)
+            await asyncio.sleep(1)
+            cluster.router.send_signal(signal.SIGCONT)
+            await asyncio.sleep(2)
+            return voice.client.recorded()[before:], player.buffer.stats
+        finally:
+            await player.close()
+
+    packets, stats = asyncio.run(scenario())
+    times = [t for t, _ in packets]
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    # Discord's clock never stopped: silence filled the stall, no burst followed it.
+    assert max(gaps) < 0.040, f"longest gap {max(gaps) * 1000:.0f} ms"
+    assert sum(1 for g in gaps if g < 0.005) == 0, "a burst of sends"
+    assert sum(1 for _, p in packets if is_silence(p)) >= 25, "the stall was not bridged with silence"
+    assert stats.underruns >= 1
+    # And the tone came back after it.
+    tail = [p for _, p in packets[-50:] if not is_silence(p)]
+    assert len(tail) >= 45
+    assert abs(dominant_frequency(decode(tail)[4800:]) - 440) < 10

@@ -1,0 +1,29 @@
+"""The bot's settings and its slash commands as discord.py registers them (no Discord needed)."""
+
+import pytest
+
+from tonearm_discord.bot import TonearmBot
+from tonearm_discord.config import Config, ConfigError
+
+
+def test_missing_settings_are_named():
+    with pytest.raises(ConfigError, match="DISCORD_TOKEN and TONEARM_BOT_TOKEN"):
+        Config.from_environment({})
+    with pytest.raises(ConfigError, match="not a number"):
+        Config.from_environment({"DISCORD_TOKEN": "a", "TONEARM_BOT_TOKEN": "b", "TONEARM_IDLE_LEAVE_SECONDS": "soon"})
+    config = Config.from_environment({"DISCORD_TOKEN": "a", "TONEARM_BOT_TOKEN": "b"})
+    assert config.router_url == "http://127.0.0.1:8080" and config.idle_leave_seconds == 300
+
+
+def test_every_slash_command_is_registered_with_its_options():
+    bot = TonearmBot(Config(discord_token="a", bot_token="b"))
+    commands = {command.name: command for command in bot.tree.get_commands()}
+    assert set(commands) == {
+        "play", "queue", "skip", "previous", "pause", "resume", "stop", "shuffle", "seek", "volume", "loop",
+        "remove", "nowplaying", "leave",
+    }
+    assert [p.name for p in commands["play"].parameters] == ["query"]
+    assert [p.name for p in commands["skip"].parameters] == []
+    volume = commands["volume"].parameters[0]
+    assert (volume.min_value, volume.max_value) == (0, 1000)
+    assert [c.value for c in commands["loop"].parameters[0].choices] == ["off", "track", "queue"]

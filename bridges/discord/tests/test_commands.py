@@ -1,0 +1,84 @@
+"""Each slash command's effect on the guild's state in the real Router, and its refusals in the
+Router's own words."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import pytest
+
+from tonearm_discord.commands import Commands, clock, looks_like_a_link, parse_clock
+from tonearm_discord.guild_player import GuildPlayer
+from tonearm_discord.router_link import TonearmError
+
+
+def test_clock_and_links():
+    assert parse_clock("90") == 90_000 and parse_clock("1:30") == 90_000 and parse_clock("1:02:03") == 3_723_000
+    with pytest.raises(ValueError):
+        parse_clock("soon")
+    assert clock(61_000) == "1:01" and clock(3_723_000) == "1:02:03" and clock(None) == "live"
+    assert looks_like_a_link("https://example.com/a") and looks_like_a_link("tone-440.mp3")
+    assert not looks_like_a_link("never gonna give")
+
+
+def test_every_command_against_the_router(cluster):
+    async def scenario():
+        player = GuildPlayer("223344556677889900", cluster.url, cluster.token)
+        player.start()
+        await player.link.wait_connected(10)
+        async with aiohttp.ClientSession() as http:
+            commands = Commands(player.link, http, cluster.url, cluster.token)
+            link = player.link
+            try:
+                assert await commands.play("tone-440.mp3") == "Playing **tone-440.mp3**"
+                assert await commands.play("tone-880.mp3") == "Queued **tone-880.mp3** (position 2)"
+                listing = await commands.queue()
+                assert listing.splitlines()[0].startswith("▶ ") and "2." in listing.splitlines()[1]
+
+                assert (await commands.simple("skip")).startswith("Skipped to **")
+                assert (await link.command("state"))["current"] == 1
+                await commands.simple("previous")
+                assert (await link.command("state"))["current"] == 0
+
+                await asyncio.sleep(1)  # let the track start before pausing it
+                assert await commands.simple("pause") == "Paused."
+                assert (await link.command("state"))["status"] == "paused"
+                assert await commands.simple("resume") == "Resumed."
+                assert (await link.command("state"))["status"] in ("playing", "starting")
+
+                assert await commands.seek("0:05") == "Moved to 0:05."
+                assert (await link.command("state"))["position_ms"] >= 5_000
+                assert await commands.volume(50) == "Volume 50 %."
+                assert (await link.command("state"))["volume"] == 50
+                assert await commands.loop("track") == "Looping this track."
+                assert (await link.command("state"))["loop"] == "track"
+                assert await commands.simple("shuffle") == "Shuffled what is coming up."
+
+                playing = await commands.now_playing()
+                assert playing["title"] == "tone-440.mp3" and playing["duration"] == "0:30"
+
+                assert await commands.remove(2) == "Removed **tone-880.mp3**."
+                assert len((await link.command("state"))["queue"]) == 1
+
+                # Refusals come back as the Router's sentences.
+                with pytest.raises(TonearmError) as refused:
+                    await commands.remove(9)
+                assert refused.value.code == "invalid_index"
+                with pytest.raises(TonearmError) as refused:
+                    await commands.volume(5_000)
+                assert refused.value.code == "invalid_volume" and "1000" in refused.value.message
+                with pytest.raises(TonearmError) as refused:
+                    await commands.play("missing.mp3")
+                assert refused.value.code == "source_not_found"
+
+                # Words are searched (a stand-in for YouTube here) and the first result played.
+                found = await commands.search("some words")
+                assert found["title"] == "some words 1"
+
+                assert await commands.simple("stop") == "Stopped."
+                assert (await link.command("state"))["status"] == "idle"
+            finally:
+                await player.close()
+
+    asyncio.run(scenario())

@@ -1,0 +1,149 @@
+"""What each slash command does, apart from Discord: plain async functions over a guild's
+``GuildLink`` (commands on the bot WebSocket, docs/bot-protocol.md) and the Router's REST search.
+Each answers the sentence the bot shows; a refusal raises ``TonearmError`` with the Router's
+own message, which the bot shows as it is."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+from urllib.parse import quote
+
+import aiohttp
+
+from .router_link import GuildLink, TonearmError
+
+LOOP_MODES = ("off", "track", "queue")
+
+
+def looks_like_a_link(text: str) -> bool:
+    """A URL, or a file name of the engine's media directory, rather than search words."""
+    text = text.strip()
+    return "://" in text or ("." in text and " " not in text)
+
+
+def clock(ms: Optional[int]) -> str:
+    if ms is None or ms < 0:
+        return "live"
+    seconds = ms // 1000
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+def parse_clock(text: str) -> int:
+    """ "90", "1:30" or "1:02:03" → milliseconds; ValueError otherwise."""
+    parts = text.strip().split(":")
+    if not 1 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
+        raise ValueError(f"{text!r} is not a time: give seconds (90) or minutes:seconds (1:30)")
+    seconds = 0
+    for part in parts:
+        seconds = seconds * 60 + int(part)
+    return seconds * 1000
+
+
+def track_name(track: Optional[dict[str, Any]]) -> str:
+    if not track:
+        return "nothing"
+    return str(track.get("title") or track.get("url") or "an untitled track")
+
+
+class Commands:
+    def __init__(self, link: GuildLink, http: aiohttp.ClientSession, router_url: str, token: str) -> None:
+        self.link = link
+        self.http = http
+        self.router_url = router_url.rstrip("/")
+        self.token = token
+
+    async def search(self, words: str) -> dict[str, Any]:
+        """The first result for `words` (the Router's `/api/search`)."""
+        url = f"{self.router_url}/api/search?q={quote(words)}&limit=1"
+        async with self.http.get(url, headers={"Authorization": f"Bearer {self.token}"}) as response:
+            body = await response.json(content_type=None)
+            if response.status != 200:
+                error = (body or {}).get("error") or {}
+                raise TonearmError(str(error.get("code", response.status)), str(error.get("message", "search failed")))
+        results = body.get("results") or []
+        if not results:
+            raise TonearmError("no_results", f"nothing found for “{words}”")
+        return results[0]
+
+    async def play(self, query: str, now: bool = False) -> str:
+        """`/play`: a link is played as it is; words are searched first. Appends unless `now`."""
+        found = None
+        url = query.strip()
+        if not looks_like_a_link(url):
+            found = await self.search(url)
+            url = str(found["url"])
+        state = await self.link.command("play" if now else "queue", url=url)
+        name = track_name(found) if found else url
+        queue = state.get("queue") or []
+        # Queued on an idle guild, the track starts at once: it is then the current one.
+        started = now or (state.get("current") == len(queue) - 1 and state.get("status") != "idle")
+        return f"Playing **{name}**" if started else f"Queued **{name}** (position {len(queue)})"
+
+    async def queue(self) -> str:
+        state = await self.link.command("state")
+        tracks = state.get("queue") or []
+        if not tracks:
+            return "The queue is empty."
+        current = state.get("current")
+        lines = []
+        for index, track in enumerate(tracks[:20]):
+            marker = "▶" if index == current else f"{index + 1}."
+            lines.append(f"{marker} {track_name(track)} ({clock(track.get('duration_ms'))})")
+        if len(tracks) > 20:
+            lines.append(f"… and {len(tracks) - 20} more")
+        return "\n".join(lines)
+
+    async def simple(self, op: str) -> str:
+        """skip, previous, pause, resume, stop, shuffle."""
+        command = {"skip": "next"}.get(op, op)
+        state = await self.link.command(command)
+        return {
+            "skip": f"Skipped to **{track_name(state.get('now_playing'))}**",
+            "previous": f"Back to **{track_name(state.get('now_playing'))}**",
+            "pause": "Paused.",
+            "resume": "Resumed.",
+            "stop": "Stopped.",
+            "shuffle": "Shuffled what is coming up.",
+        }[op]
+
+    async def seek(self, position: str) -> str:
+        try:
+            ms = parse_clock(position)
+        except ValueError as error:
+            raise TonearmError("invalid_position", str(error)) from None
+        await self.link.command("seek", position_ms=ms)
+        return f"Moved to {clock(ms)}."
+
+    async def volume(self, percent: int) -> str:
+        await self.link.command("volume", volume=percent)
+        return f"Volume {percent} %."
+
+    async def loop(self, mode: str) -> str:
+        if mode not in LOOP_MODES:
+            raise TonearmError("invalid_mode", "loop is off, track or queue")
+        await self.link.command("loop", mode=mode)
+        return {"off": "Looping off.", "track": "Looping this track.", "queue": "Looping the queue."}[mode]
+
+    async def remove(self, position: int) -> str:
+        """`position` counts from 1, as `/queue` shows it."""
+        state = await self.link.command("state")
+        tracks = state.get("queue") or []
+        if not 1 <= position <= len(tracks):
+            raise TonearmError("invalid_index", f"there is no position {position}: the queue has {len(tracks)}")
+        await self.link.command("remove", index=position - 1)
+        return f"Removed **{track_name(tracks[position - 1])}**."
+
+    async def now_playing(self) -> dict[str, Any]:
+        """Title, position and duration, for an embed."""
+        state = await self.link.command("state")
+        track = state.get("now_playing")
+        return {
+            "title": track_name(track),
+            "url": (track or {}).get("url"),
+            "status": state.get("status", "idle"),
+            "position": clock(state.get("position_ms")),
+            "duration": clock(state.get("duration_ms")),
+            "volume": state.get("volume", 100),
+            "loop": state.get("loop", "off"),
+        }

@@ -1,0 +1,42 @@
+"""Settings from the environment (deploy/.env in compose)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+
+class ConfigError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Config:
+    discord_token: str
+    bot_token: str
+    router_url: str = "http://127.0.0.1:8080"
+    idle_leave_seconds: float = 300.0
+    health_port: int = 8090
+    playground_url: Optional[str] = None
+
+    @staticmethod
+    def from_environment(environment: Mapping[str, str] = os.environ) -> "Config":
+        missing = [name for name in ("DISCORD_TOKEN", "TONEARM_BOT_TOKEN") if not environment.get(name)]
+        if missing:
+            raise ConfigError(f"{' and '.join(missing)} must be set (deploy/.env)")
+        try:
+            idle = float(environment.get("TONEARM_IDLE_LEAVE_SECONDS", "300"))
+            port = int(environment.get("TONEARM_BRIDGE_HEALTH_PORT", "8090"))
+        except ValueError as error:
+            raise ConfigError(f"a setting is not a number: {error}") from None
+        if idle <= 0 or not 0 < port < 65536:
+            raise ConfigError("TONEARM_IDLE_LEAVE_SECONDS must be positive and the health port 1–65535")
+        return Config(
+            discord_token=environment["DISCORD_TOKEN"],
+            bot_token=environment["TONEARM_BOT_TOKEN"],
+            router_url=environment.get("TONEARM_ROUTER_URL", "http://127.0.0.1:8080"),
+            idle_leave_seconds=idle,
+            health_port=port,
+            playground_url=environment.get("TONEARM_PUBLIC_URL") or None,
+        )

@@ -1,0 +1,200 @@
+"""One guild's connection to the Router: ``GET /bot?guild=<id>`` with the bot token.
+
+Binary messages are Opus packets and go into the guild's jitter buffer; text messages are the
+guild's state, the engine's events and the replies to commands (docs/bot-protocol.md). The link
+reconnects with backoff when the connection drops — the first message after a reconnection is
+the state, so nothing else needs resynchronising — but not when the Router refuses the token
+(401/403): retrying cannot fix that, so it stops and says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import random
+from typing import Any, Awaitable, Callable, Optional
+from urllib.parse import quote
+
+import aiohttp
+
+from .jitter import JitterBuffer
+
+log = logging.getLogger("tonearm.link")
+
+EventHandler = Callable[[dict[str, Any]], Awaitable[None] | None]
+
+
+class TonearmError(Exception):
+    """A refusal from Tonearm, with the Router's code and its sentence for the user."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class Unauthorized(TonearmError):
+    pass
+
+
+class GuildLink:
+    def __init__(
+        self,
+        router_url: str,
+        token: str,
+        guild_id: int | str,
+        buffer: JitterBuffer,
+        on_event: Optional[EventHandler] = None,
+        *,
+        session: Optional[aiohttp.ClientSession] = None,
+        reply_timeout: float = 20.0,
+        backoff: tuple[float, float] = (0.25, 10.0),
+    ) -> None:
+        self.router_url = router_url.rstrip("/")
+        self.token = token
+        self.guild_id = str(guild_id)
+        self.buffer = buffer
+        self.on_event = on_event
+        self.reply_timeout = reply_timeout
+        self.backoff = backoff
+        self.state: Optional[dict[str, Any]] = None
+        self.connections = 0
+        self._session = session
+        self._owns_session = session is None
+        self._ws: Optional[aiohttp.ClientWebSocketResponse] = None
+        self._ids = itertools.count(1)
+        self._replies: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._connected = asyncio.Event()
+        self._task: Optional[asyncio.Task[None]] = None
+        self._closing = False
+
+    @property
+    def url(self) -> str:
+        ws = "wss" if self.router_url.startswith("https") else "ws"
+        rest = self.router_url.split("://", 1)[1]
+        return f"{ws}://{rest}/bot?guild={quote(self.guild_id, safe='')}"
+
+    @property
+    def connected(self) -> bool:
+        return self._connected.is_set()
+
+    def start(self) -> asyncio.Task[None]:
+        if self._task is None:
+            self._task = asyncio.create_task(self.run(), name=f"tonearm-link-{self.guild_id}")
+        return self._task
+
+    async def wait_connected(self, timeout: float) -> None:
+        await asyncio.wait_for(self._connected.wait(), timeout)
+
+    async def run(self) -> None:
+        """Keeps the connection up until ``close()``; raises ``Unauthorized`` on 401/403."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        delay = self.backoff[0]
+        try:
+            while not self._closing:
+                try:
+                    await self._connect_once()
+                    delay = self.backoff[0]
+                except Unauthorized:
+                    raise
+                except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as error:
+                    log.warning("guild %s: Router connection failed: %s", self.guild_id, error)
+                if self._closing:
+                    break
+                # Jittered exponential backoff, so many guilds do not reconnect in step.
+                await asyncio.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, self.backoff[1])
+        finally:
+            if self._owns_session and self._session is not None:
+                await self._session.close()
+
+    async def _connect_once(self) -> None:
+        assert self._session is not None
+        try:
+            ws = await self._session.ws_connect(
+                self.url, headers={"Authorization": f"Bearer {self.token}"}, heartbeat=None, max_msg_size=1 << 20
+            )
+        except aiohttp.WSServerHandshakeError as error:
+            if error.status in (401, 403):
+                raise Unauthorized(
+                    "unauthorized", f"the Router refused the bot token ({error.status}); check TONEARM_BOT_TOKEN"
+                ) from error
+            raise
+        self._ws = ws
+        self.connections += 1
+        self.buffer.clear()
+        log.info("guild %s: connected to the Router (connection %d)", self.guild_id, self.connections)
+        try:
+            async for message in ws:
+                if message.type == aiohttp.WSMsgType.BINARY:
+                    self.buffer.push(message.data)
+                elif message.type == aiohttp.WSMsgType.TEXT:
+                    await self._text(message.data)
+                elif message.type in (aiohttp.WSMsgType.ERROR, aiohttp.WSMsgType.CLOSED):
+                    break
+        finally:
+            self._ws = None
+            self._connected.clear()
+            for future in self._replies.values():
+                if not future.done():
+                    future.set_exception(TonearmError("disconnected", "the connection to Tonearm dropped; try again"))
+            self._replies.clear()
+            if not self._closing:
+                log.warning(
+                    "guild %s: Router connection closed (code %s); reconnecting", self.guild_id, ws.close_code
+                )
+
+    async def _text(self, text: str) -> None:
+        try:
+            message = json.loads(text)
+        except ValueError:
+            log.warning("guild %s: a text message that is not JSON: %.80r", self.guild_id, text)
+            return
+        if not isinstance(message, dict):
+            return
+        kind = message.get("type")
+        if kind == "reply":
+            future = self._replies.pop(message.get("id"), None)
+            if future is not None and not future.done():
+                future.set_result(message)
+            return
+        if kind == "state":
+            self.state = message
+            self._connected.set()
+        if self.on_event is not None:
+            result = self.on_event(message)
+            if asyncio.iscoroutine(result):
+                await result
+
+    async def command(self, op: str, **arguments: Any) -> dict[str, Any]:
+        """Sends one command; answers the guild's state after it or raises ``TonearmError``."""
+        ws = self._ws
+        if ws is None or not self.connected:
+            raise TonearmError("not_connected", "Tonearm is not reachable right now; try again in a moment")
+        request_id = next(self._ids)
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._replies[request_id] = future
+        await ws.send_str(json.dumps({"op": op, "id": request_id, **arguments}))
+        try:
+            reply = await asyncio.wait_for(future, self.reply_timeout)
+        except asyncio.TimeoutError:
+            self._replies.pop(request_id, None)
+            raise TonearmError("timeout", f"Tonearm did not answer {op} in time") from None
+        if not reply.get("ok"):
+            error = reply.get("error") or {}
+            raise TonearmError(str(error.get("code", "error")), str(error.get("message", "Tonearm refused")))
+        state = reply.get("state")
+        return state if isinstance(state, dict) else {}
+
+    async def close(self) -> None:
+        self._closing = True
+        if self._ws is not None:
+            await self._ws.close()
+        if self._task is not None:
+            try:
+                await self._task
+            except Exception:  # the reason was logged where it happened
+                pass
