@@ -7,6 +7,7 @@ import NIOCore
 import NIOPosix
 import ServiceSupport
 import TestSupport
+import Synchronization
 import Testing
 import WireProtocol
 
@@ -72,14 +73,30 @@ import WireProtocol
         ("/session/a", "", 405, "method_not_allowed"),
     ])
     func refusedRequestsAreJSONErrors(uri: String, body: String, status: Int, code: String) async throws {
+        try await refused(uri: uri, body: body, status: status, code: code)
+    }
+
+    /// A number no 64-bit field holds is named in the refusal (Foundation's decoder would call
+    /// the whole body invalid JSON).
+    @Test func aNumberBeyond64BitsIsNamed() async throws {
+        let message = try await refused(
+            uri: "/session/a/pause", body: #"{"play_id": 9886029655117829391777792}"#, status: 400, code: "invalid_json")
+        #expect(message == #""play_id" is out of range"#)
+    }
+
+    @discardableResult
+    func refused(uri: String, body: String, status: Int, code: String) async throws -> String {
+        let message = Mutex("")
         try await withApp { client in
             try await client.execute(uri: uri, method: .post, body: ByteBuffer(string: body)) { response in
                 #expect(response.status.code == status)
                 let error = try Self.error(response)
                 #expect(error.code == code)
                 #expect(!error.message.isEmpty)
+                message.withLock { $0 = error.message }
             }
         }
+        return message.withLock { $0 }
     }
 
     @Test func healthReportsSessionsAndFrames() async throws {

@@ -49,10 +49,23 @@ struct ControlAPI: Sendable {
             if let empty { return empty }
             throw APIError.badRequest("invalid_json", "the body is empty; send a JSON object")
         }
+        let data = Data(buffer.readableBytesView)
         do {
-            return try JSONDecoder().decode(T.self, from: Data(buffer.readableBytesView))
+            return try JSONDecoder().decode(T.self, from: data)
+        } catch DecodingError.dataCorrupted where outOfRangeField(data) != nil {
+            // Foundation's decoder calls a number no 64-bit integer holds invalid JSON; name it.
+            throw APIError.badRequest("invalid_json", "\"\(outOfRangeField(data) ?? "")\" is out of range")
         } catch {
             throw APIError.badRequest("invalid_json", "the body is not the expected JSON object: \(error)")
+        }
+    }
+
+    /// The field of a JSON object whose number is beyond what the 64-bit fields hold.
+    private static func outOfRangeField(_ data: Data) -> String? {
+        guard let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] else { return nil }
+        return object.keys.sorted().first { key in
+            guard let number = object[key] as? NSNumber, !(object[key] is Bool) else { return false }
+            return abs(number.doubleValue) >= 0x1p63
         }
     }
 }

@@ -137,12 +137,13 @@ struct ProcessOutput: Sendable {
         let collected = OutputCollector()
         out.fileHandleForReading.readabilityHandler = { collected.append(out: $0.availableData) }
         err.fileHandleForReading.readabilityHandler = { collected.append(err: $0.availableData) }
-        let exited = AsyncStream<Int32>.makeStream()
-        process.terminationHandler = { exited.continuation.yield($0.terminationStatus); exited.continuation.finish() }
+        let exit = ProcessExit()
+        process.terminationHandler = { exit.finish($0.terminationStatus) }
         try process.run()
         let pid = process.processIdentifier
         // SIGKILL: the child inherits the spawning thread's signal mask, which may block SIGTERM.
-        // The process dies with the task that waits for it (a cancelled play, the engine's shutdown).
+        // The process dies with the task that waits for it (a cancelled play, the engine's shutdown),
+        // and is waited for even then: its pipes are read only once it has exited.
         let status = await withTaskCancellationHandler {
             await withTaskGroup(of: Void.self) { group -> Int32 in
                 group.addTask {
@@ -151,8 +152,7 @@ struct ProcessOutput: Sendable {
                     collected.markTimedOut()
                     kill(pid, SIGKILL)
                 }
-                var status: Int32 = -1
-                for await code in exited.stream { status = code }
+                let status = await exit.wait()
                 group.cancelAll()
                 return status
             }
@@ -172,6 +172,31 @@ struct ProcessOutput: Sendable {
 
 import ServiceSupport
 import Synchronization
+
+/// A subprocess's exit status, waited for without regard to cancellation (the waiter kills it
+/// first when cancelled, so the wait is short).
+final class ProcessExit: Sendable {
+    private let state = Mutex<(status: Int32?, waiter: CheckedContinuation<Int32, Never>?)>((nil, nil))
+
+    func finish(_ status: Int32) {
+        let waiter = state.withLock { state -> CheckedContinuation<Int32, Never>? in
+            state.status = status
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume(returning: status)
+    }
+
+    func wait() async -> Int32 {
+        await withCheckedContinuation { continuation in
+            let status = state.withLock { state -> Int32? in
+                if state.status == nil { state.waiter = continuation }
+                return state.status
+            }
+            if let status { continuation.resume(returning: status) }
+        }
+    }
+}
 
 /// Output gathered from a subprocess's pipes as it arrives.
 final class OutputCollector: Sendable {
