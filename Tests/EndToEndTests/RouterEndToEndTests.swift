@@ -234,8 +234,12 @@ private func runProbe(_ arguments: String...) async throws -> Data {
         // Only the bot token opens a bot connection.
         let identity = try await cluster.post(cluster.routerURL + "/api/identity", token: nil)
         let token = try #require((try JSONSerialization.jsonObject(with: Data(identity.body.utf8)) as? [String: Any])?["token"] as? String)
-        let browser = try await wsProbe("ws://127.0.0.1:\(cluster.routerPort)/bot?guild=\(guildA)&token=\(token)", "nopong", seconds: 1)
-        #expect(!browser.upgraded)
+        // Over a real upgrade a refusal is a close code (4000 + the HTTP status) with the reason,
+        // not a bare 400 a bot could only retry.
+        let browser = try await wsProbe("ws://127.0.0.1:\(cluster.routerPort)/bot?guild=\(guildA)&token=\(token)", "nopong", seconds: 2)
+        #expect(browser.close_code == 4403 && browser.close_reason?.hasPrefix("forbidden:") == true, "\(browser)")
+        let wrong = try await wsProbe("ws://127.0.0.1:\(cluster.routerPort)/bot?guild=\(guildA)&token=wrong", "nopong", seconds: 2)
+        #expect(wrong.close_code == 4401 && wrong.close_reason?.hasPrefix("unauthorized:") == true, "\(wrong)")
         let noToken = try await HTTPClient.shared.execute(
             HTTPClientRequest(url: cluster.routerURL + "/bot?guild=\(guildA)"), timeout: .seconds(5))
         #expect(noToken.status.code == 401)

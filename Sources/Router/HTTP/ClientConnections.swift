@@ -23,19 +23,15 @@ struct ClientConnections {
 
     func addRoutes(to router: Router<TonearmRequestContext>) {
         router.ws("/ws") { request, _ in
-            _ = try access.webSocketSession(request)
-            try Self.requireUpgrade(request)
-            return .upgrade([:])
-        } onUpgrade: { inbound, _, context in
-            let id = try access.webSocketSession(context.request)
+            try Self.shouldUpgrade(request, access.webSocketSession)
+        } onUpgrade: { inbound, outbound, context in
+            guard let id = try await Self.admit(context.request, access.webSocketSession, outbound) else { return }
             try await serve(id, kind: .browser, inbound: inbound, context: context)
         }
         router.ws("/bot") { request, _ in
-            _ = try access.bot(request)
-            try Self.requireUpgrade(request)
-            return .upgrade([:])
-        } onUpgrade: { inbound, _, context in
-            let id = try access.bot(context.request)
+            try Self.shouldUpgrade(request, access.bot)
+        } onUpgrade: { inbound, outbound, context in
+            guard let id = try await Self.admit(context.request, access.bot, outbound) else { return }
             try await serve(id, kind: .bot, inbound: inbound, context: context)
         }
         router.get("/listen/:file") { request, context -> Response in
@@ -47,6 +43,39 @@ struct ClientConnections {
             try access.authorize(request, for: id)
             return try await listen(to: id, channel: context.channel, logger: context.logger)
         }
+    }
+
+    /// A WebSocket request is upgraded, its token checked once it is (`admit`); a plain request
+    /// gets the JSON refusal a token check gives (401, 403), else 426.
+    static func shouldUpgrade(
+        _ request: Request, _ check: (Request) throws(APIError) -> SessionID
+    ) throws(APIError) -> RouterShouldUpgrade {
+        if request.headers[.upgrade]?.lowercased().contains("websocket") == true { return .upgrade([:]) }
+        _ = try check(request)
+        try requireUpgrade(request)
+        return .upgrade([:])
+    }
+
+    /// The session an upgraded connection's token names, or nil after closing the connection with
+    /// code 4000 + the refusal's HTTP status (4401 no or a wrong token, 4403 another session's)
+    /// and its message as the reason. Hummingbird can refuse an upgrade only with a bare 400, which
+    /// would tell a client nothing (and look to it like a fault worth retrying).
+    static func admit(
+        _ request: Request, _ check: (Request) throws(APIError) -> SessionID, _ outbound: WebSocketOutboundWriter
+    ) async throws -> SessionID? {
+        do {
+            return try check(request)
+        } catch {
+            try await outbound.close(.init(codeNumber: 4000 + error.status.code), reason: closeReason(error))
+            return nil
+        }
+    }
+
+    /// `error`'s code and message, cut to the 123 bytes a close frame's reason may hold.
+    static func closeReason(_ error: APIError) -> String {
+        var reason = "\(error.code): \(error.message)"
+        while reason.utf8.count > 123 { reason.removeLast() }
+        return reason
     }
 
     /// A plain request to a WebSocket path is refused: accepted, it would set up an upgrade that

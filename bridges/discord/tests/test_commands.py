@@ -82,3 +82,21 @@ def test_every_command_against_the_router(cluster):
                 await player.close()
 
     asyncio.run(scenario())
+
+
+def test_a_refused_token_is_said_at_once_and_not_retried(cluster):
+    from tonearm_discord.router_link import Unauthorized
+
+    async def scenario():
+        player = GuildPlayer("223344556677889901", cluster.url, "not-the-bot-token")
+        player.start()
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(Unauthorized) as refused:
+            await player.link.wait_connected(10)
+        assert asyncio.get_running_loop().time() - started < 5
+        assert "TONEARM_BOT_TOKEN" in refused.value.message and "401" in refused.value.message
+        await asyncio.sleep(1)
+        assert player.link.connections == 1, "retried a refused token"
+        await player.close()
+
+    asyncio.run(scenario())

@@ -107,6 +107,17 @@ class TonearmBot(discord.Client):
                 if now - since >= self.config.idle_leave_seconds:
                     await self.leave(guild_id)
 
+    async def on_voice_state_update(
+        self, member: discord.Member, before: discord.VoiceState, after: discord.VoiceState
+    ) -> None:
+        """Disconnected by someone else (kicked, the channel deleted): let the guild go. A move
+        to another channel is followed by discord.py itself; the player goes along."""
+        if self.user is None or member.id != self.user.id:
+            return
+        if before.channel is not None and after.channel is None and member.guild.id in self.players:
+            log.info("guild %s: disconnected from voice by Discord or a moderator", member.guild.id)
+            await self.leave(member.guild.id)
+
     def commands_for(self, guild_id: int) -> Optional[Commands]:
         player = self.players.get(guild_id)
         if player is None or self.http_session is None:

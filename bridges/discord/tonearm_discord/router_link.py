@@ -86,7 +86,18 @@ class GuildLink:
         return self._task
 
     async def wait_connected(self, timeout: float) -> None:
-        await asyncio.wait_for(self._connected.wait(), timeout)
+        """Until the first state arrives; raises the reason the link gave up (401/403), or
+        ``asyncio.TimeoutError``."""
+        waiter = asyncio.ensure_future(self._connected.wait())
+        watched = {waiter} | ({self._task} if self._task is not None else set())
+        try:
+            done, _ = await asyncio.wait(watched, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        if self._task is not None and self._task in done and self._task.exception() is not None:
+            raise self._task.exception()
+        if not self._connected.is_set():
+            raise asyncio.TimeoutError()
 
     async def run(self) -> None:
         """Keeps the connection up until ``close()``; raises ``Unauthorized`` on 401/403."""
@@ -127,14 +138,26 @@ class GuildLink:
         self.connections += 1
         self.buffer.clear()
         log.info("guild %s: connected to the Router (connection %d)", self.guild_id, self.connections)
+        reason = ""
         try:
-            async for message in ws:
+            while True:
+                message = await ws.receive()
                 if message.type == aiohttp.WSMsgType.BINARY:
                     self.buffer.push(message.data)
                 elif message.type == aiohttp.WSMsgType.TEXT:
                     await self._text(message.data)
-                elif message.type in (aiohttp.WSMsgType.ERROR, aiohttp.WSMsgType.CLOSED):
+                elif message.type == aiohttp.WSMsgType.CLOSE:
+                    reason = str(message.extra or "")
+                    await ws.close()
                     break
+                elif message.type in (aiohttp.WSMsgType.ERROR, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING):
+                    break
+            if ws.close_code in (4401, 4403):
+                # The Router refuses a token after the upgrade: code 4000 + the HTTP status.
+                raise Unauthorized(
+                    "unauthorized",
+                    f"the Router refused the bot token ({ws.close_code - 4000} {reason}); check TONEARM_BOT_TOKEN",
+                )
         finally:
             self._ws = None
             self._connected.clear()
@@ -142,7 +165,7 @@ class GuildLink:
                 if not future.done():
                     future.set_exception(TonearmError("disconnected", "the connection to Tonearm dropped; try again"))
             self._replies.clear()
-            if not self._closing:
+            if not self._closing and ws.close_code not in (4401, 4403):
                 log.warning(
                     "guild %s: Router connection closed (code %s); reconnecting", self.guild_id, ws.close_code
                 )
