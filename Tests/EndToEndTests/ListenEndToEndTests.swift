@@ -110,5 +110,14 @@ import Testing
         #expect(samples.count >= 48_000 * 2, "only \(samples.count) samples decoded")
         let heard = Spectrum.dominantFrequency(Array(samples.suffix(48_000)))
         #expect(abs(heard - 440) < 5, "heard \(heard) Hz")
+
+        // A listener still connected does not hold the Router up when it is told to stop: its
+        // stream ends, the Router exits 0 within the 5 s it is given (it used to wait for ever).
+        let still = try await HTTPClient.shared.execute(
+            HTTPClientRequest(url: listen + "?token=\(me.token)"), timeout: .seconds(30))
+        var iterator = still.body.makeAsyncIterator()
+        #expect(try await iterator.next() != nil)
+        #expect(await cluster.router?.terminate() == true, "the Router did not stop with a listener connected")
+        #expect(cluster.router?.exitCode == 0)
     }
 }

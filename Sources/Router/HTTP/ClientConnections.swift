@@ -8,6 +8,7 @@ import HummingbirdWebSocket
 import Logging
 import NIOCore
 import NIOWebSocket
+import ServiceLifecycle
 import ServiceSupport
 import WireProtocol
 
@@ -184,11 +185,20 @@ struct ClientConnections {
         return Response(
             status: .ok, headers: headers,
             body: ResponseBody { [store] writer in
-                defer { store.unsubscribe(subscription.sessionID, token: subscription.token) }
+                let end: @Sendable () -> Void = { store.unsubscribe(subscription.sessionID, token: subscription.token) }
+                defer { end() }
+                // The stream never ends by itself: it ends with the listener's connection (which a
+                // quiet session would otherwise notice only at its next write) and when the Router
+                // stops (a graceful shutdown waits for every response, and would wait for ever).
+                channel.closeFuture.whenComplete { _ in end() }
                 var ogg = OggOpusWriter()
                 try await writer.write(ogg.headers(title: title))
-                for await message in subscription.messages {
-                    if case .audio(let packet) = message { try await writer.write(ogg.page(for: packet)) }
+                try await withGracefulShutdownHandler {
+                    for await message in subscription.messages {
+                        if case .audio(let packet) = message { try await writer.write(ogg.page(for: packet)) }
+                    }
+                } onGracefulShutdown: {
+                    end()
                 }
                 try await writer.finish(nil)
             })
