@@ -56,8 +56,9 @@ class TonearmBot(discord.Client):
 
     async def join(self, interaction: discord.Interaction) -> GuildPlayer:
         """The guild's player, connecting to the caller's voice channel first when needed."""
-        assert interaction.guild is not None
         guild = interaction.guild
+        if guild is None:
+            raise TonearmError("guild_only", "play me in a server's voice channel, not in a direct message")
         player = self.players.get(guild.id)
         if player is not None and guild.voice_client is not None:
             return player
