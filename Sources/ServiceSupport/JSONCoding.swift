@@ -15,4 +15,14 @@ public enum JSONCoding {
     public static func text(_ value: some Encodable) -> String {
         String(decoding: (try? encoder.encode(value)) ?? Data("{}".utf8), as: UTF8.self)
     }
+
+    /// The fields of the JSON object `data` whose numbers no 64-bit integer holds, sorted.
+    /// Foundation's decoder calls such a body invalid JSON as a whole; this names the field.
+    public static func fieldsBeyond64Bits(in data: Data) -> [String] {
+        guard let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] else { return [] }
+        return object.compactMap { key, value in
+            guard let number = value as? NSNumber, abs(number.doubleValue) >= 0x1p63 else { return nil }
+            return key
+        }.sorted()
+    }
 }

@@ -52,20 +52,11 @@ struct ControlAPI: Sendable {
         let data = Data(buffer.readableBytesView)
         do {
             return try JSONDecoder().decode(T.self, from: data)
-        } catch DecodingError.dataCorrupted where outOfRangeField(data) != nil {
-            // Foundation's decoder calls a number no 64-bit integer holds invalid JSON; name it.
-            throw APIError.badRequest("invalid_json", "\"\(outOfRangeField(data) ?? "")\" is out of range")
         } catch {
+            if case DecodingError.dataCorrupted = error, let field = JSONCoding.fieldsBeyond64Bits(in: data).first {
+                throw APIError.badRequest("invalid_json", "\"\(field)\" is out of range")
+            }
             throw APIError.badRequest("invalid_json", "the body is not the expected JSON object: \(error)")
-        }
-    }
-
-    /// The field of a JSON object whose number is beyond what the 64-bit fields hold.
-    private static func outOfRangeField(_ data: Data) -> String? {
-        guard let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] else { return nil }
-        return object.keys.sorted().first { key in
-            guard let number = object[key] as? NSNumber, !(object[key] is Bool) else { return false }
-            return abs(number.doubleValue) >= 0x1p63
         }
     }
 }

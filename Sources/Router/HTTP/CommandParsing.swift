@@ -91,12 +91,9 @@ enum CommandParsing {
     /// The numeric argument of `data` (a JSON object) that no 64-bit integer holds, with the code
     /// its refusal has elsewhere.
     private static func outOfRangeField(_ data: Data) -> (name: String, code: String)? {
-        guard let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] else { return nil }
+        let beyond = JSONCoding.fieldsBeyond64Bits(in: data)
         let fields = [("index", "invalid_index"), ("position_ms", "invalid_position"), ("volume", "invalid_volume")]
-        return fields.first { name, _ in
-            guard let number = object[name] as? NSNumber else { return false }
-            return abs(number.doubleValue) >= 0x1p63
-        }.map { (name: $0.0, code: $0.1) }
+        return fields.first { name, _ in beyond.contains(name) }.map { (name: $0.0, code: $0.1) }
     }
 
     /// A queue position: 0 to 999 (a queue holds at most 1,000 tracks). One inside that range
