@@ -46,15 +46,18 @@ struct ClientConnections {
         }
     }
 
-    /// A WebSocket request is upgraded, its token checked once it is (`admit`); a plain request
-    /// gets the JSON refusal a token check gives (401, 403), else 426.
+    /// A WebSocket request is upgraded, its token checked once it is (`admit`). A plain request
+    /// gets the JSON refusal a token check gives (401, 403), else 426: accepted, it would set up
+    /// an upgrade that never happens, held until its connection closes (`WebSocketUpgradeSlot`),
+    /// so one keep-alive connection repeating it could grow the Router without bound.
     static func shouldUpgrade(
         _ request: Request, _ check: (Request) throws(APIError) -> SessionID
     ) throws(APIError) -> RouterShouldUpgrade {
         if request.headers[.upgrade]?.lowercased().contains("websocket") == true { return .upgrade([:]) }
         _ = try check(request)
-        try requireUpgrade(request)
-        return .upgrade([:])
+        throw APIError(
+            status: .upgradeRequired, code: "websocket_required",
+            message: "\(request.uri.path) is a WebSocket: connect with Upgrade: websocket")
     }
 
     /// The session an upgraded connection's token names, or nil after closing the connection with
@@ -77,17 +80,6 @@ struct ClientConnections {
         var reason = "\(error.code): \(error.message)"
         while reason.utf8.count > 123 { reason.removeLast() }
         return reason
-    }
-
-    /// A plain request to a WebSocket path is refused: accepted, it would set up an upgrade that
-    /// never happens, held until its connection closes (`WebSocketUpgradeSlot`), so one
-    /// keep-alive connection repeating it could grow the Router without bound.
-    static func requireUpgrade(_ request: Request) throws(APIError) {
-        guard request.headers[.upgrade]?.lowercased().contains("websocket") == true else {
-            throw APIError(
-                status: .upgradeRequired, code: "websocket_required",
-                message: "\(request.uri.path) is a WebSocket: connect with Upgrade: websocket")
-        }
     }
 
     /// Streams the session to a WebSocket client and runs its commands until either side ends.
