@@ -5,6 +5,7 @@ import Foundation
 import HTTPTypes
 import Synchronization
 import ServiceSupport
+import TestSupport
 import Testing
 
 @testable import AudioEngine
@@ -65,9 +66,7 @@ import Testing
                 "python3", arguments: ["-c", "import time; time.sleep(300)  # \(marker)"], timeout: .seconds(60))
         }
         // Generous: parallel tests may keep the cooperative threads busy for seconds.
-        let deadline = ContinuousClock.now + .seconds(30)
-        while !Self.running(marker), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
-        #expect(Self.running(marker))
+        #expect(await eventually(timeout: .seconds(30)) { Self.running(marker) })
         let cancelled = ContinuousClock.now
         run.cancel()
         await #expect(throws: (any Error).self) { try await run.value }

@@ -53,16 +53,12 @@ final class ScriptedPacerClock: PacerClock {
         let running = Task { try await pacer.run() }
 
         func frames() throws -> FrameCounters { try driver.manager.info(sessionID: id).frames }
-        func wait(until condition: () throws -> Bool) async throws {
-            let deadline = ContinuousClock.now + .seconds(30)
-            while try !condition(), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
-        }
-        try await wait { try frames().sent >= 5 }
+        #expect(try await eventually(timeout: .seconds(30)) { try frames().sent >= 5 })
         #expect(try frames().deficit == 0)
         // One wake-up 110 ms late: the ticks due meanwhile (5 of them) are the pacer's deficit.
         clock.stallNextSleep(by: 110_000_000)
         let stalledAt = clock.deadlines.count
-        try await wait { clock.deadlines.count >= stalledAt + 5 }
+        #expect(await eventually(timeout: .seconds(30)) { clock.deadlines.count >= stalledAt + 5 })
         running.cancel()
         try await running.value
 

@@ -82,10 +82,6 @@ import WireProtocol
         defer { running.cancel() }
         let ids = try (0..<20).map { try SessionID("s\($0)") }
         for id in ids { writer.save(id, snapshot(["\(id).mp3"], playing: true)) }
-        let deadline = ContinuousClock.now + .seconds(30)
-        while try await database.loadActive().count < ids.count, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(10))
-        }
-        #expect(try await database.loadActive().count == ids.count)
+        #expect(try await eventually(timeout: .seconds(30)) { try await database.loadActive().count == ids.count })
     }
 }
