@@ -11,7 +11,7 @@ PIP_PACKAGES := yt-dlp==2026.10.26
 # and certutil (the TLS tests), promtool (the metrics checks), schemathesis (the API against its
 # OpenAPI document), and the Discord bridge's own dependencies with pytest (bridges/discord).
 TEST_APT_PACKAGES := opus-tools chromium curl openssl libnss3-tools prometheus
-TEST_PIP_PACKAGES := playwright==1.49.1 schemathesis==4.32.5 discord.py[voice]==2.7.1 davey==0.1.7 pytest==9.2.0
+TEST_PIP_PACKAGES := playwright==1.49.1 schemathesis==4.32.5 discord.py[voice]==2.7.1 davey==0.1.7 pytest==9.2.0 simcord==3.2.1
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_MEDIA ?= $(CURDIR)/demo-media
 RUN_DIR ?= /tmp/tonearm-run
@@ -74,7 +74,7 @@ run: build-release demo-media
 ## Builds everything and runs every test suite. The end-to-end tests start release builds of
 ## the two executables, as a user would run them; unit tests run in the debug build; then
 ## schemathesis runs both OpenAPI documents against them (Tests/API, about a minute), and the
-## Discord bridge's tests run against them too (bridges/discord, about 20 s).
+## Discord bridge's tests run against them too (bridges/discord, about 35 s).
 ## First, in a second: does Package.swift load from what the image's Dockerfile copies?
 test: deps-test
 	deploy/check-build-context.sh
@@ -92,10 +92,17 @@ test: deps-test
 UNIT_TESTS := AudioEngineTests|RouterTests|WireProtocolTests
 test-sanitizers: test-tsan test-asan
 
+## PacerTests is left out under ThreadSanitizer: its real pacer thread contends with the test's
+## thread for the session table's Mutex, and a Mutex that waits takes its lock inside the
+## Synchronization library's futex path, which ThreadSanitizer does not see, so it reports the two
+## locked accesses as a race (seen 2026-11-24, SessionManager.info against collectTick, both
+## inside `state.withLock`). aSeekIsNotCountedAsLateFrames is left out too: it holds the workers
+## to real time, which an instrumented decoder misses now and then (2 of 3 runs that day). Both
+## run in `make test`.
 test-tsan: deps-test
 	swift build --sanitize=thread --build-tests --scratch-path .build-tsan
 	TSAN_OPTIONS=halt_on_error=1 swift test --sanitize=thread --scratch-path .build-tsan --skip-build --no-parallel \
-		--filter '$(UNIT_TESTS)'
+		--filter '$(UNIT_TESTS)' --skip 'PacerTests|aSeekIsNotCountedAsLateFrames'
 
 ## A memory error aborts the executable (every test using it fails) and leaves AddressSanitizer's
 ## report in .build-asan/reports, printed here. Leak reports are off: executables the tests kill

@@ -60,6 +60,7 @@ let package = Package(
             dependencies: [
                 "WireProtocol", "EngineAPI", "ServiceSupport", "COpus", "CFFmpeg",
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),

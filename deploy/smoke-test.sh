@@ -3,8 +3,10 @@
 # then checks as a user would, through the published ports on 127.0.0.1 only: health, a generated
 # tone played through the API and heard over a bot WebSocket and the Ogg /listen stream, the same
 # over HTTPS through Caddy (wss:// and https://, verified against Caddy's own authority), an engine
-# restart the Router recovers from, the Router serving TLS itself with docker-compose.tls.yml and a
-# test authority's certificate, a graceful stop; then `docker-compose down -v`. Exits non-zero and
+# restart the Router recovers from, the Discord bot (`--profile discord`: up without Discord, saying
+# why on its /health, its offline tests passing inside its image), the Router serving TLS itself
+# with docker-compose.tls.yml and a test authority's certificate, a graceful stop; then
+# `docker-compose down -v`. Exits non-zero and
 # says what failed on any failure.
 #
 # With a Docker engine (DOCKER_HOST or /var/run/docker.sock) it uses that. Without one — this
@@ -47,11 +49,15 @@ if [ -z "${DOCKER_HOST:-}" ] && [ ! -S /var/run/docker.sock ]; then
   # No PyPI inside the build here: hand the image the yt-dlp wheel from the host's pip.
   export PIP_NO_INDEX=1
 fi
-# The host's pip fetches the wheel (PIP_NO_INDEX applies to the image build only).
+# The host's pip fetches the wheels (PIP_NO_INDEX applies to the image builds only): yt-dlp for
+# the engine, the Discord bot's dependencies for its image.
 env -u PIP_NO_INDEX python3 -m pip download --quiet --no-deps --dest "$DEPLOY/wheels" "yt-dlp==2026.10.26" \
   || echo "could not download yt-dlp here; the image build will try PyPI itself"
+env -u PIP_NO_INDEX python3 -m pip download --quiet --dest "$DEPLOY/wheels" --python-version 3.11 --only-binary=:all: \
+  "discord.py[voice]==2.7.1" "davey==0.1.7" "pytest==9.2.0" \
+  || echo "could not download the Discord bot's wheels here; its image build will try PyPI itself"
 
-compose() { docker-compose -p "$PROJECT" -f "$DEPLOY/docker-compose.yml" --profile https "$@"; }
+compose() { docker-compose -p "$PROJECT" -f "$DEPLOY/docker-compose.yml" --profile https --profile discord "$@"; }
 
 cleanup() {
   step "docker-compose down -v"
@@ -72,13 +78,16 @@ chmod -R a+rX "$WORK"
 export TONEARM_PUBLISH=127.0.0.1:$PORT TONEARM_BOT_TOKEN=$BOT TONEARM_MEDIA=$WORK/media TONEARM_VERSION=smoke
 export TONEARM_HTTPS_PUBLISH=127.0.0.1:$HTTPS_PORT TONEARM_HTTP_PUBLISH=127.0.0.1:$HTTP_PORT TONEARM_DOMAIN=localhost
 export PIP_NO_INDEX=${PIP_NO_INDEX:-}
+# The bot has no Discord to reach here: it must stay up and say so.
+BRIDGE_PORT=$(free_port)
+export DISCORD_TOKEN=smoke-test-no-discord TONEARM_BRIDGE_PUBLISH=127.0.0.1:$BRIDGE_PORT
 URL=http://127.0.0.1:$PORT
 
 step "docker-compose up -d --build (a release build of both executables, from scratch; several minutes)"
 started=$(date +%s)
 # From a clean state as far as this machine allows: the base images stay (the offline tool built
 # them), but no layer of an earlier Tonearm build is reused.
-for image in "tonearm:$TONEARM_VERSION" "tonearm-https:$TONEARM_VERSION"; do
+for image in "tonearm:$TONEARM_VERSION" "tonearm-https:$TONEARM_VERSION" "tonearm-discord:$TONEARM_VERSION"; do
   if [ "$podman_mode" = 1 ]; then podman rmi -f "$image" >/dev/null 2>&1 || true
   else docker rmi -f "$image" >/dev/null 2>&1 || true; fi
 done
@@ -159,6 +168,22 @@ else fail "the Router did not reconnect: $(router_health)"; fi
 state=$(curl -s -H "Authorization: Bearer $BOT" "$URL/api/sessions/smoke")
 echo "$state" | grep -q '"status":"idle"' && ok "the lost play ended for its listeners (idle, not silent 'playing')" || fail "state after the restart: $state"
 listen_check "after the restart"
+
+step "the Discord bot (--profile discord) without Discord"
+bridge=""
+for _ in $(seq 60); do
+  bridge=$(curl -s --max-time 2 "http://127.0.0.1:$BRIDGE_PORT/health" 2>/dev/null || true)
+  [ -n "$bridge" ] && break
+  sleep 1
+done
+if echo "$bridge" | grep -q '"discord_connected": false' && echo "$bridge" | grep -q 'cannot reach Discord'; then
+  ok "the bot is up and its /health says why it has no Discord: $bridge"
+else fail "the bot's /health: ${bridge:-no answer} ($(compose logs --tail 10 bridge 2>&1 | tail -5))"; fi
+# In the running bot's container (`compose run` needs container links, which podman refuses).
+if compose exec -T bridge python3 -m pytest -q -p no:cacheprovider \
+    tests/test_jitter.py tests/test_bot.py >"$WORK/bridge-tests.log" 2>&1; then
+  ok "the bot's offline tests pass inside its image: $(tail -1 "$WORK/bridge-tests.log")"
+else fail "the bot's offline tests inside its image: $(tail -15 "$WORK/bridge-tests.log")"; fi
 
 step "the Router serving TLS itself (docker-compose.tls.yml, a certificate from a test authority)"
 tls=$WORK/tls

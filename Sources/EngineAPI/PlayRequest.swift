@@ -1,4 +1,4 @@
-// `POST /session/{id}/play`: what to play, from where, how loud.
+// `POST /session/{id}/play`: what to play, from where, how loud, through which filters.
 
 /// The body of a play request. Every field is optional on the wire so that a missing one gets a
 /// clear refusal from the engine rather than a decoding error.
@@ -9,15 +9,18 @@ public struct PlayRequest: Sendable, Equatable, Codable {
     public var startMS: Int64?
     /// A percentage from 0 to 1000 (100 when absent).
     public var volume: Int?
+    /// The session's filters from this play on (as they were when absent).
+    public var filters: Filters?
 
-    public init(url: String?, startMS: Int64? = nil, volume: Int? = nil) {
+    public init(url: String?, startMS: Int64? = nil, volume: Int? = nil, filters: Filters? = nil) {
         self.url = url
         self.startMS = startMS
         self.volume = volume
+        self.filters = filters
     }
 
     enum CodingKeys: String, CodingKey {
-        case url, volume
+        case url, volume, filters
         case startMS = "start_ms"
     }
 }

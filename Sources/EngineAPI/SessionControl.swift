@@ -1,5 +1,5 @@
 // The controls of a session's current play, as the Router sends them: `POST /session/{id}/<name>`
-// with the body the engine's route decodes (`PlayTarget`, `SeekRequest`, `VolumeRequest`).
+// with the body the engine's route decodes (`PlayTarget`, `SeekRequest`, `VolumeRequest`, `Filters`).
 
 /// One control of an engine session.
 public enum SessionControl: Sendable, Equatable, CustomStringConvertible {
@@ -8,6 +8,7 @@ public enum SessionControl: Sendable, Equatable, CustomStringConvertible {
     case stop
     case seek(positionMS: Int64, playID: UInt64?)
     case volume(Int)
+    case filters(Filters)
 
     /// The last path segment of the control's route.
     public var name: String {
@@ -17,6 +18,7 @@ public enum SessionControl: Sendable, Equatable, CustomStringConvertible {
         case .stop: "stop"
         case .seek: "seek"
         case .volume: "volume"
+        case .filters: "filters"
         }
     }
 
@@ -27,6 +29,7 @@ public enum SessionControl: Sendable, Equatable, CustomStringConvertible {
         case .stop: nil
         case .seek(let positionMS, let playID): SeekRequest(positionMS: positionMS, playID: playID)
         case .volume(let volume): VolumeRequest(volume: volume)
+        case .filters(let filters): filters
         }
     }
 
@@ -39,6 +42,7 @@ public enum SessionControl: Sendable, Equatable, CustomStringConvertible {
             case .seek(let positionMS, let playID):
                 (playID.map { [("play_id", "\($0)")] } ?? []) + [("position_ms", "\(positionMS)")]
             case .volume(let volume): [("volume", "\(volume)")]
+            case .filters(let filters): filters.equalizer.map { ("equalizer", "\($0.band):\($0.gain)") }
             }
         return ([name] + fields.map { "\($0.0)=\($0.1)" }).joined(separator: " ")
     }

@@ -14,11 +14,13 @@ public struct SessionInfo: Sendable, Equatable, Codable {
     public var volume: Int
     public var passthrough: Bool
     public var frames: FrameCounters
+    /// The session's filters; absent when it has none.
+    public var filters: Filters?
 
     public init(
         sessionID: SessionID, state: SessionState, playID: UInt64? = nil, url: String? = nil, title: String? = nil,
         thumbnail: String? = nil, durationMS: Int64? = nil, positionMS: Int64 = 0, volume: Int = 100,
-        passthrough: Bool = false, frames: FrameCounters = FrameCounters()
+        passthrough: Bool = false, frames: FrameCounters = FrameCounters(), filters: Filters? = nil
     ) {
         self.sessionID = sessionID
         self.state = state
@@ -31,10 +33,11 @@ public struct SessionInfo: Sendable, Equatable, Codable {
         self.volume = volume
         self.passthrough = passthrough
         self.frames = frames
+        self.filters = filters
     }
 
     enum CodingKeys: String, CodingKey {
-        case state, url, title, thumbnail, volume, passthrough, frames
+        case state, url, title, thumbnail, volume, passthrough, frames, filters
         case sessionID = "session_id"
         case playID = "play_id"
         case durationMS = "duration_ms"

@@ -147,6 +147,35 @@ import WireProtocol
                 #expect(response.status == .ok)
                 #expect(String(buffer: response.body).contains(#""volume":250"#))
             }
+            // Filters: refused in words when they cannot be applied, echoed when set, gone when cleared.
+            for (body, words) in [
+                (#"{"equalizer":[{"band":15,"gain":0.1}]}"#, "band 15 does not exist"),
+                (#"{"equalizer":[{"band":3,"gain":1.5}]}"#, "outside -0.25"),
+            ] {
+                try await client.execute(uri: "/session/x/filters", method: .post, body: ByteBuffer(string: body)) {
+                    response in
+                    #expect(response.status == .badRequest)
+                    let error = try ControlAPITests.error(response)
+                    #expect(error.code == "invalid_filters" && error.message.contains(words), "\(error.message)")
+                }
+            }
+            try await client.execute(
+                uri: "/session/x/filters", method: .post, body: ByteBuffer(string: #"{"equalizer":[{"band":"low","gain":0}]}"#)
+            ) { #expect($0.status == .badRequest) }
+            try await client.execute(
+                uri: "/session/x/filters", method: .post, body: ByteBuffer(string: #"{"equalizer":[{"band":8,"gain":0.25}]}"#)
+            ) { response in
+                #expect(response.status == .ok)
+                let info = try JSONDecoder().decode(SessionInfo.self, from: Data(response.body.readableBytesView))
+                #expect(info.filters == Filters(equalizer: [EqualizerBand(band: 8, gain: 0.25)]))
+            }
+            try await client.execute(uri: "/session/x/filters", method: .post, body: ByteBuffer(string: "{}")) { response in
+                #expect(response.status == .ok)
+                #expect(!String(buffer: response.body).contains("filters"))
+            }
+            try await client.execute(uri: "/session/nobody/filters", method: .post, body: ByteBuffer(string: "{}")) {
+                #expect($0.status == .notFound)
+            }
             try await client.execute(uri: "/sessions", method: .get) { response in
                 #expect(String(buffer: response.body).contains(#""session_id":"x""#))
             }

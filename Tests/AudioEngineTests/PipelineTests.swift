@@ -1,3 +1,4 @@
+import EngineAPI
 import Foundation
 import HTTPTypes
 import ServiceSupport
@@ -113,5 +114,47 @@ import Testing
         #expect { try Pipeline(source: ResolvedSource(location: path, displayName: "x"), encoder: .init()) } throws: {
             ($0 as? APIError)?.status == .unprocessableContent
         }
+    }
+
+    /// What leaves the engine with an equalizer band boosted: decoded, the band is louder by the
+    /// gain's amount (±1.5 dB after Opus) and a distant band is as it was; set mid-play, it is
+    /// heard from the next frame; an Opus source is passthrough until a filter is set.
+    @Test func anEqualizerBoostIsHeardInTheEncodedOpus() throws {
+        let directory = try TemporaryDirectory()
+        let file = directory.file("two-tones.wav")
+        let wave = "0.25*sin(2*PI*100*t)+0.25*sin(2*PI*1000*t)"
+        try MediaFixture.ffmpeg(["-f", "lavfi", "-i", "aevalsrc=\(wave)|\(wave):s=48000:d=3", file])
+        func decoded(_ filtersFrom: Int?) throws -> [Float] {
+            let pipeline = try Pipeline(source: ResolvedSource(location: file, displayName: "t"), encoder: OpusEncoderConfiguration())
+            let decoder = try OpusDecoder()
+            var pcm: [Float] = []
+            var frame = 0
+            let boost = Filters(equalizer: [EqualizerBand(band: 8, gain: 0.25)])
+            while case .value(let packet) = try pipeline.nextPacket(
+                volume: 100, filters: filtersFrom.map { frame >= $0 } == true ? boost : Filters())
+            {
+                pcm += try decoder.decode(packet)
+                frame += 1
+            }
+            return Spectrum.left(pcm)
+        }
+        let plain = try decoded(nil), boosted = try decoded(0), changed = try decoded(75)
+        let second = 48_000..<96_000
+        let atBand = Spectrum.level(at: 1_000, Array(boosted[second])) - Spectrum.level(at: 1_000, Array(plain[second]))
+        let farAway = Spectrum.level(at: 100, Array(boosted[second])) - Spectrum.level(at: 100, Array(plain[second]))
+        #expect(abs(atBand - 6.02) < 1.5, "1 kHz: \(atBand) dB")
+        #expect(abs(farAway) < 1, "100 Hz: \(farAway) dB")
+        // Set at frame 75 (1.5 s): the first second is as plain, the last second as boosted.
+        let before = Spectrum.level(at: 1_000, Array(changed[24_000..<72_000])) - Spectrum.level(at: 1_000, Array(plain[24_000..<72_000]))
+        let after = Spectrum.level(at: 1_000, Array(changed[96_000..<144_000])) - Spectrum.level(at: 1_000, Array(plain[96_000..<144_000]))
+        #expect(abs(before) < 0.5 && abs(after - 6.02) < 1.5, "before \(before) dB, after \(after) dB")
+
+        let opus = directory.file("tone.webm")
+        try MediaFixture.ffmpeg(["-f", "lavfi", "-i", "sine=f=440:d=2", "-ac", "2", "-ar", "48000", "-c:a", "libopus", opus])
+        let pipeline = try Pipeline(source: ResolvedSource(location: opus, displayName: "t"), encoder: OpusEncoderConfiguration())
+        _ = try pipeline.nextPacket(volume: 100)
+        #expect(pipeline.passthrough)
+        _ = try pipeline.nextPacket(volume: 100, filters: Filters(equalizer: [EqualizerBand(band: 5, gain: 0.1)]))
+        #expect(!pipeline.passthrough)
     }
 }

@@ -144,6 +144,22 @@ def controls(browser, url, _):
     check(wait(lambda: a.page.evaluate("tonearm.rms(0.5)") < 0.001, 4), "mute silences it")
     a.page.click("#mute")
     check(wait(lambda: a.page.evaluate("tonearm.state.volume") == 25, 3), "unmute restores the volume")
+    # The equalizer: the 400 Hz band at +6 dB (0.25) makes the 440 Hz tone about 1.9 times as
+    # loud, heard without a seek; the 'flat' preset brings it back. The panel follows the state.
+    a.page.click("#sound summary")
+    time.sleep(1)  # the last half second is all after the unmute
+    flat = wait(lambda: a.page.evaluate("tonearm.rms(0.5)"), 2)
+    set_range(a.page, '#eq-bands input[data-band="6"]', 0.25)
+    louder = wait(lambda: (lambda r: r if r > flat * 1.5 else 0)(a.page.evaluate("tonearm.rms(0.5)")), 4)
+    check(louder and louder > flat * 1.5, f"the 400 Hz band at +6 dB is heard: rms {flat:.3f} → {louder or 0:.3f}")
+    check(a.page.evaluate("document.getElementById('eq-preset').value") == "custom", "the preset says custom")
+    a.page.select_option("#eq-preset", "flat")
+    check(wait(lambda: a.page.evaluate("tonearm.state.filters.equalizer.length") == 0, 3), "'flat' removes the equalizer")
+    back = wait(lambda: (lambda r: r if r < flat * 1.2 else 0)(a.page.evaluate("tonearm.rms(0.5)")), 4)
+    check(back and back < flat * 1.2, f"and the tone is as before: rms {back or 0:.3f}")
+    a.page.select_option("#eq-preset", "bass boost")
+    check(wait(lambda: a.page.evaluate("document.querySelector('#eq-bands input[data-band=\"0\"]').value") == "0.25", 3),
+          "a preset moves the band sliders")
     # Seek in a file whose tone steps every second (400 + 40·k Hz in second k).
     play(a.page, "steps.mp3")
     check(hears(a.page, 400, 6), "steps.mp3 starts at 400 Hz")
@@ -192,6 +208,18 @@ def errors(browser, url, shots):
             box = a.page.locator(selector).bounding_box()
             check(a.page.is_visible(selector) and box and box["x"] >= 0 and box["x"] + box["width"] <= width + 1,
                   f"{label}: {selector} is visible and fits")
+    # An identity the Router no longer accepts (its signing secret changed, the stored value was
+    # damaged): the tab is refused with 4401, drops it, and carries on in a new session.
+    b = User(browser, url)
+    b.page.evaluate("localStorage.setItem('tonearm.identity', JSON.stringify("
+                    "{token: 'v1.1234567890123456789.forged', session_id: '1234567890123456789'}))")
+    b.page.reload()
+    check(wait(lambda: b.page.evaluate("window.tonearm?.connection") == "connected"
+               and "forged" not in ((page_token(b.page) or {}).get("token") or "forged"), 10),
+          "a refused stored identity is replaced and the tab connects")
+    check(wait(lambda: "new session" in b.page.text_content("#message"), 3), "the tab says it has a new session")
+    play(b.page, "tone-880.mp3")
+    check(hears(b.page, 880), "and plays in it")
 
 
 def restart(browser, url, _):
@@ -241,6 +269,14 @@ def guilds(browser, url, _):
     first.locator('button[data-op="pause"]').click()
     check(wait(lambda: rest_("GET", "/api/sessions/81384788765712384")[1].get("status") == "paused", 5), "pause from the page pauses the guild")
     check(wait(lambda: first.locator('button[data-op="resume"]').count() == 1, 3), "the row offers resume")
+    # The Discord bot's /nowplaying links to one guild's row.
+    page.goto(url.rstrip("/") + "/guilds/#41771983423143937")
+    check(wait(lambda: page.locator(rows).count() == 1 and page.locator('tr[data-guild="41771983423143937"]').count() == 1, 5),
+          "/guilds/#<guild> shows that guild alone")
+    page.click("#show-all a")
+    check(wait(lambda: page.locator(rows).count() == 2, 5), "and 'Show every guild' shows both again")
+    page.goto(url.rstrip("/") + "/guilds/#99999999999999999")
+    check(wait(lambda: "99999999999999999 has no live session" in page.text_content("#empty"), 5), "a guild without a session says so")
 
 
 def search(browser, url, _):

@@ -128,6 +128,19 @@ private func runProbe(_ arguments: String...) async throws -> Data {
         let quiet = Spectrum.dBFS(try decodeLeft(bot.audio().suffix(25).map(\.packet)))
         #expect(loud - quiet > 9 && loud - quiet < 15, "volume 25 %: \(loud) → \(quiet) dBFS")
 
+        // Filters: the 400 Hz band at +6 dB raises the 440 Hz tone by about that (it is 0.14
+        // octave off the band's centre), heard without a seek; removing them brings it back.
+        let flat = Spectrum.level(at: 440, try decodeLeft(bot.audio().suffix(25).map(\.packet)))
+        let boosted = try await cluster.call(.POST, "/api/sessions/\(session)/filters", #"{"equalizer":[{"band":6,"gain":0.25}]}"#)
+        #expect(canonical(boosted.json["filters"]) == canonical(["equalizer": [["band": 6, "gain": 0.25]]]), "\(boosted.json)")
+        try await Task.sleep(for: .milliseconds(700))
+        let louder = Spectrum.level(at: 440, try decodeLeft(bot.audio().suffix(25).map(\.packet)))
+        #expect(louder - flat > 4 && louder - flat < 8, "equalizer +6 dB at 400 Hz: 440 Hz went \(flat) → \(louder) dB")
+        #expect(try await cluster.call(.POST, "/api/sessions/\(session)/filters", "{}").status == 200)
+        try await Task.sleep(for: .milliseconds(700))
+        let back = Spectrum.level(at: 440, try decodeLeft(bot.audio().suffix(25).map(\.packet)))
+        #expect(abs(back - flat) < 1, "without filters: \(flat) → \(back) dB")
+
         // Pause: no audio; resume: audio again.
         #expect(try await cluster.call(.POST, "/api/sessions/\(session)/pause").json["paused"] as? Bool == true)
         try await Task.sleep(for: .milliseconds(200))
@@ -150,6 +163,8 @@ private func runProbe(_ arguments: String...) async throws -> Data {
             (.POST, "jump", #"{"index":"x"}"#, 400, "invalid_index"),
             (.POST, "loop", #"{"mode":"sometimes"}"#, 400, "invalid_loop_mode"),
             (.POST, "volume", #"{"volume":5000}"#, 400, "invalid_volume"),
+            (.POST, "filters", #"{"equalizer":[{"band":15,"gain":0}]}"#, 400, "invalid_filters"),
+            (.POST, "filters", #"{"equalizer":[{"band":3}]}"#, 400, "invalid_filters"),
             (.POST, "queue", "{}", 400, "missing_url"),
             (.POST, "queue", "not json", 400, "invalid_json"),
             (.POST, "dance", nil, 404, "unknown_command"),

@@ -1,3 +1,4 @@
+import EngineAPI
 // Commands as REST bodies and WebSocket messages arrive: the same parser for both, so the same
 // refusals, each naming the field.
 import Foundation
@@ -29,6 +30,10 @@ import Testing
         #expect(try command("seek", #"{"position_ms":1500}"#) == .seek(positionMS: 1500))
         #expect(try command("volume", #"{"volume":40}"#) == .volume(40))
         #expect(try command("loop", #"{"mode":"queue"}"#) == .loop(.queue))
+        #expect(
+            try command("filters", #"{"equalizer":[{"band":8,"gain":0.25}]}"#)
+                == .filters(Filters(equalizer: [EqualizerBand(band: 8, gain: 0.25)])))
+        #expect(try command("filters", "{}") == .filters(Filters()))
         for (name, expected) in [
             ("clear", SessionCommand.clear), ("next", .next), ("previous", .previous), ("pause", .pause),
             ("resume", .resume), ("stop", .stop), ("shuffle", .shuffle),
@@ -36,7 +41,7 @@ import Testing
             #expect(try command(name, "") == expected)
             #expect(try command(name, #"{"ignored":true}"#) == expected)
         }
-        #expect(Set(CommandParsing.names).count == 14)
+        #expect(Set(CommandParsing.names).count == 15)
     }
 
     @Test func refusalsNameTheField() {
@@ -50,6 +55,12 @@ import Testing
         #expect(refusal("loop", #"{"mode":"sometimes"}"#)?.code == "invalid_loop_mode")
         #expect(refusal("volume", "[1]")?.code == "invalid_json")
         #expect(refusal("volume", "not json")?.code == "invalid_json")
+        // Filters: an entry without a field, a wrong type, a number no field holds — all in words.
+        let noGain = refusal("filters", #"{"equalizer":[{"band":3}]}"#)
+        #expect(noGain?.code == "invalid_filters" && noGain?.message.contains("\"gain\"") == true, "\(String(describing: noGain))")
+        #expect(refusal("filters", #"{"equalizer":{"band":3}}"#)?.code == "invalid_filters")
+        #expect(refusal("filters", #"{"equalizer":[{"band":"low","gain":0}]}"#)?.code == "invalid_filters")
+        #expect(refusal("filters", #"{"equalizer":[{"band":1e30,"gain":0}]}"#)?.code == "invalid_filters")
         let unknown = refusal("dance", "")
         #expect(unknown?.status == .notFound && unknown?.code == "unknown_command")
         #expect(unknown?.message.contains("shuffle") == true)

@@ -2,6 +2,7 @@
 // file), only sessions that were playing are restored at start, a row that no longer decodes is
 // skipped rather than stopping the Router, and the writer keeps only the newest state of a
 // session and writes what is left when it stops.
+import EngineAPI
 import Foundation
 import GRDB
 import Logging
@@ -83,5 +84,18 @@ import WireProtocol
         let ids = try (0..<20).map { try SessionID("s\($0)") }
         for id in ids { writer.save(id, snapshot(["\(id).mp3"], playing: true)) }
         #expect(try await eventually(timeout: .seconds(30)) { try await database.loadActive().count == ids.count })
+    }
+
+    /// Filters are stored with the session; a row written before they existed still loads
+    /// (without them) instead of being skipped as undecodable.
+    @Test func filtersAreStoredAndOlderRowsStillLoad() throws {
+        var withFilters = snapshot(["a.mp3"], playing: true, volume: 40)
+        withFilters.filters = Filters(equalizer: [EqualizerBand(band: 8, gain: 0.25)])
+        let stored = try JSONEncoder().encode(withFilters)
+        #expect(try JSONDecoder().decode(SessionSnapshot.self, from: stored) == withFilters)
+        var older = try #require(try JSONSerialization.jsonObject(with: stored) as? [String: Any])
+        older.removeValue(forKey: "filters")
+        let loaded = try JSONDecoder().decode(SessionSnapshot.self, from: try JSONSerialization.data(withJSONObject: older))
+        #expect(loaded.filters == Filters() && loaded.volume == 40 && loaded.queue == withFilters.queue)
     }
 }

@@ -66,6 +66,14 @@ import Testing
             try await client.execute(uri: "/api/sessions/\(session)", method: .get, headers: Self.bearer("v1.\(session).forged")) {
                 #expect($0.status == .unauthorized)
             }
+            // A WebSocket's token that is no longer good is said to be so (a browser then drops it),
+            // not that the session parameter only the bot sends is missing.
+            try await client.execute(uri: "/ws?token=v1.\(session).forged", method: .get) { response in
+                #expect(response.status == .unauthorized && Self.code(response) == "unauthorized")
+            }
+            try await client.execute(uri: "/ws", method: .get, headers: Self.bearer(Self.botToken)) { response in
+                #expect(response.status == .badRequest && Self.code(response) == "invalid_session_id")
+            }
             // The operators' listing is the bot token's alone.
             try await client.execute(uri: "/api/sessions", method: .get, headers: Self.bearer(token)) { #expect($0.status == .forbidden) }
             try await client.execute(uri: "/api/sessions", method: .get, headers: Self.bearer(Self.botToken)) {

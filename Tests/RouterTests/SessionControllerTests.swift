@@ -50,10 +50,12 @@ final class ScriptedEngine: EngineControl {
         while state.withLock({ $0.gates[url] == nil }) { try? await Task.sleep(for: .milliseconds(2)) }
     }
 
-    func play(_ id: SessionID, url: String, startMS: Int64?, volume: Int) async throws(APIError) -> UInt64 {
+    func play(_ id: SessionID, url: String, startMS: Int64?, volume: Int, filters: Filters) async throws(APIError) -> UInt64 {
         await gate("play:" + url)
         return try state.withLock { state throws(APIError) -> UInt64 in
-            state.calls.append("play \(url)" + (startMS.map { " from \($0)" } ?? ""))
+            state.calls.append(
+                "play \(url)" + (startMS.map { " from \($0)" } ?? "")
+                    + (filters.isEmpty ? "" : " " + SessionControl.filters(filters).description))
             if state.refuse.contains(url) {
                 throw APIError(status: .unprocessableContent, code: "source_not_found", message: "no such file")
             }
@@ -272,6 +274,32 @@ final class ScriptedEngine: EngineControl {
         try await again.perform(.resume)
         #expect(engine.plays.last == "play list-1.mp3 from 12000")
         #expect(await again.state.volume == 40)
+    }
+
+    /// Filters set while idle wait for the next play; set while playing they reach the engine's
+    /// play at once; they are kept, persisted and shown, and refused in words when they cannot be.
+    @Test func filtersReachThePlayAndEveryLaterOne() async throws {
+        let engine = ScriptedEngine()
+        let (controller, persisted) = controller(engine)
+        let boost = Filters(equalizer: [EqualizerBand(band: 8, gain: 0.25)])
+        try await controller.perform(.filters(boost))
+        #expect(engine.calls.isEmpty, "nothing plays: the filters wait for the next play")
+        #expect(await controller.state.filters == boost)
+        try await controller.perform(.play(url: "a.mp3"))
+        #expect(engine.plays.last == "play a.mp3 filters equalizer=8:0.25")
+        await controller.handle(ready(1))
+        try await controller.perform(.filters(Filters()))
+        #expect(engine.calls.last == "filters")
+        #expect(persisted.last?.filters == Filters())
+        try await controller.perform(.filters(boost))
+        #expect(engine.calls.last == "filters equalizer=8:0.25")
+        try await controller.perform(.play(url: "b.mp3"))
+        #expect(engine.plays.last == "play b.mp3 filters equalizer=8:0.25")
+        let refused = await #expect(throws: APIError.self) {
+            try await controller.perform(.filters(Filters(equalizer: [EqualizerBand(band: 20, gain: 0)])))
+        }
+        #expect(refused?.code == "invalid_filters" && refused?.status == .badRequest)
+        #expect(await controller.state.filters == boost)
     }
 
     @Test func pauseAndSeekNeedSomethingPlaying() async throws {

@@ -37,6 +37,25 @@ public enum Spectrum {
         return (Double(best) + offset) * sampleRate / Double(n)
     }
 
+    /// The amplitude of the sinusoid at `frequency` in `samples`, in dB of full scale (Goertzel,
+    /// Hann-windowed): what a band's level is, whatever else plays beside it.
+    public static func level(at frequency: Double, _ samples: [Float], sampleRate: Double = 48_000) -> Double {
+        guard samples.count > 1 else { return -.infinity }
+        let omega = 2 * Double.pi * frequency / sampleRate
+        let coefficient = 2 * cos(omega)
+        var (s1, s2, windowSum) = (0.0, 0.0, 0.0)
+        for (i, sample) in samples.enumerated() {
+            let window = 0.5 - 0.5 * cos(2 * Double.pi * Double(i) / Double(samples.count - 1))
+            windowSum += window
+            let s0 = Double(sample) * window + coefficient * s1 - s2
+            s2 = s1
+            s1 = s0
+        }
+        let real = s1 - s2 * cos(omega), imaginary = s2 * sin(omega)
+        let amplitude = 2 * (real * real + imaginary * imaginary).squareRoot() / windowSum
+        return 20 * log10(max(amplitude, 1e-12))
+    }
+
     /// Root-mean-square level.
     public static func rms(_ samples: [Float]) -> Double {
         guard !samples.isEmpty else { return 0 }

@@ -18,7 +18,8 @@ extension ControlAPI {
                 throw APIError.badRequest(
                     "missing_url", "the body needs \"url\": an http(s) URL or a file name inside the media directory")
             }
-            let started = try manager.play(sessionID: id, url: url, startMS: body.startMS ?? 0, volume: body.volume)
+            let started = try manager.play(
+                sessionID: id, url: url, startMS: body.startMS ?? 0, volume: body.volume, filters: body.filters)
             return EditedResponse(status: .accepted, response: started)
         }
         router.post("/session/:id/stop") { _, context -> StopResult in
@@ -41,6 +42,11 @@ extension ControlAPI {
                 throw APIError.badRequest("invalid_volume", "the body needs \"volume\": a percentage from 0 to 1000")
             }
             return try manager.setVolume(sessionID: id, volume: volume)
+        }
+        router.post("/session/:id/filters") { request, context -> SessionInfo in
+            let id = try Self.sessionID(context)
+            let filters = try await Self.decode(Filters.self, request, context)
+            return try manager.setFilters(sessionID: id, filters: filters)
         }
         router.post("/session/:id/seek") { request, context -> SessionInfo in
             let id = try Self.sessionID(context)

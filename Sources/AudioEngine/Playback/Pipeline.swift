@@ -1,11 +1,13 @@
 // Source → Opus packets for one play, on worker threads only. A source that is already Opus at
-// 48 kHz stereo in single 20 ms frames goes out untouched while the volume is 100 %; any other
-// volume (or source) is decoded, resampled, scaled with a ramp and encoded.
+// 48 kHz stereo in single 20 ms frames goes out untouched while the volume is 100 % and no filter
+// is set; any other volume, filter (or source) is decoded, resampled, filtered, scaled with a
+// ramp and encoded.
 import CoreMetrics
+import EngineAPI
 import Foundation
 import ServiceSupport
 
-/// The per-play chain: demux/decode (FFmpeg) → gain → encode (libopus), or passthrough.
+/// The per-play chain: demux/decode (FFmpeg) → filters → gain → encode (libopus), or passthrough.
 final class Pipeline {
     /// A network source opens on its demux thread; until then there is no decoder.
     private enum Stage {
@@ -23,6 +25,7 @@ final class Pipeline {
     private var pcm = [Float](repeating: 0, count: OpusEncoder.frameFloats)
     /// The gain the last frame ended on; the next frame ramps from here to the target.
     private var gain: Float = 1
+    private var equalizer = Equalizer()
 
     // Opus sources: the libopus decoder used while transcoding, and its pending samples.
     private var opusSource = false
@@ -106,9 +109,10 @@ final class Pipeline {
 
     var readAhead: ReadAheadInput.Stats? { demuxThread?.readAhead }
 
-    /// The next 20 ms Opus packet at `volume` percent.
-    func nextPacket(volume: Int) throws -> Next<[UInt8]> {
+    /// The next 20 ms Opus packet at `volume` percent through `filters`.
+    func nextPacket(volume: Int, filters: Filters = Filters()) throws -> Next<[UInt8]> {
         guard case .ready(let decoder) = stage else { return .pending }
+        equalizer.set(filters)
         let target = Float(volume) / 100
         do {
             if opusSource {
@@ -142,7 +146,7 @@ final class Pipeline {
 
     private func nextFromOpusSource(_ decoder: MediaDecoder, target: Float) throws -> Next<[UInt8]> {
         while true {
-            if target == 1 && gain == 1 && opusFIFO.isEmpty {
+            if target == 1 && gain == 1 && opusFIFO.isEmpty && equalizer.isFlat {
                 let packet: CompressedPacket
                 switch try nextSourcePacket(decoder) {
                 case .end: return .end
@@ -220,8 +224,12 @@ final class Pipeline {
         previousPacket = packet
     }
 
-    /// Applies the gain (ramping linearly over this frame to `target`) and encodes `pcm`.
+    /// Applies the filters and the gain (ramping linearly over this frame to `target`) and
+    /// encodes `pcm`.
     private func encodeFrame(target: Float) throws -> [UInt8] {
+        if !equalizer.isFlat {
+            pcm.withUnsafeMutableBufferPointer { equalizer.process($0) }
+        }
         if gain != 1 || target != 1 {
             let start = gain
             let step = (target - start) / Float(OpusEncoder.samplesPerFrame)

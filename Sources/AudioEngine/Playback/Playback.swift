@@ -1,8 +1,9 @@
 // One play of one session: its source pipeline, and the outbox of encoded frames and in-band
 // markers that the pacer drains one frame per tick.
+import EngineAPI
+import NIOConcurrencyHelpers
 import NIOCore
 import ServiceSupport
-import Synchronization
 import WireProtocol
 
 /// What the pacer finds at the head of a playback's outbox.
@@ -16,7 +17,7 @@ enum OutboxItem {
 
 /// A single play on a session. Frames are produced by worker threads and consumed by the pacer.
 ///
-/// `@unchecked Sendable`: the mutable outbox is behind a `Mutex`; `pipeline` is touched only by
+/// `@unchecked Sendable`: the mutable outbox is behind a lock; `pipeline` is touched only by
 /// the one worker job that holds the fill token (`Outbox.filling`), so never concurrently.
 final class Playback: @unchecked Sendable {
     struct Outbox {
@@ -33,6 +34,8 @@ final class Playback: @unchecked Sendable {
         var pendingSeekMS: Int64?
         /// Target volume in percent; the pipeline ramps to it.
         var volume = 100
+        /// The filters the pipeline applies from its next frame.
+        var filters = Filters()
         /// The source is resolved and may be opened (page URLs wait for yt-dlp).
         var source: ResolvedSource?
         /// The stream URL expired: reopen the (re-resolved) source at this position.
@@ -51,27 +54,34 @@ final class Playback: @unchecked Sendable {
     let playID: UInt64
     let url: String
     let startMS: Int64
-    let outbox: Mutex<Outbox>
+    /// A pthread mutex (NIO's), not `Synchronization.Mutex`: the pacer and a worker contend for it
+    /// every tick, and ThreadSanitizer cannot see the Mutex's contended futex path (it reported
+    /// the locked accesses as races).
+    let outbox: NIOLockedValueBox<Outbox>
 
     /// Owned by the worker holding the fill token.
     private var pipeline: Pipeline?
     /// `.opened` has been queued (once per play, not again after a reopen).
     private var announced = false
 
-    init(sessionID: SessionID, playID: UInt64, url: String, startMS: Int64, volume: Int, source: ResolvedSource?) {
+    init(
+        sessionID: SessionID, playID: UInt64, url: String, startMS: Int64, volume: Int, filters: Filters = Filters(),
+        source: ResolvedSource?
+    ) {
         self.sessionID = sessionID
         self.playID = playID
         self.url = url
         self.startMS = startMS
         var box = Outbox()
         box.volume = volume
+        box.filters = filters
         box.source = source
-        outbox = Mutex(box)
+        outbox = NIOLockedValueBox(box)
     }
 
     /// Takes the fill token if the outbox holds at most `refillAt` frames and there is work.
     func claimFill(refillAt: Int) -> Bool {
-        outbox.withLock { box in
+        outbox.withLockedValue { box in
             guard !box.filling, !box.cancelled, box.source != nil,
                 box.pendingSeekMS != nil || box.pendingReopenMS != nil || (!box.ended && box.bufferedFrames <= refillAt)
             else { return false }
@@ -81,13 +91,13 @@ final class Playback: @unchecked Sendable {
     }
 
     func cancel() {
-        outbox.withLock { $0.cancelled = true }
+        outbox.withLockedValue { $0.cancelled = true }
     }
 
     /// Closes the source of a cancelled or ended play (FFmpeg contexts, the read-ahead thread).
     /// Call on a thread that may block; if a worker holds the pipeline, it closes it instead.
     func close() {
-        let owned = outbox.withLock { box -> Bool in
+        let owned = outbox.withLockedValue { box -> Bool in
             guard !box.filling else { return false }
             box.filling = true
             box.cancelled = true
@@ -95,17 +105,17 @@ final class Playback: @unchecked Sendable {
         }
         guard owned else { return }
         pipeline = nil
-        outbox.withLock { $0.filling = false }
+        outbox.withLockedValue { $0.filling = false }
     }
 
     /// Hands over a source resolved after the play started (a page URL through yt-dlp).
     func provide(_ source: ResolvedSource) {
-        outbox.withLock { $0.source = source }
+        outbox.withLockedValue { $0.source = source }
     }
 
     /// Drops everything encoded ahead and asks the worker to seek (the control thread's side).
     func requestSeek(toMS position: Int64) {
-        outbox.withLock { box in
+        outbox.withLockedValue { box in
             box.discardEncoded()
             box.pendingSeekMS = position
         }
@@ -114,7 +124,7 @@ final class Playback: @unchecked Sendable {
     /// The stream URL went stale during a long pause: drop what was encoded and wait for the
     /// re-resolved source (`reopen(with:atMS:)`).
     func invalidateSource() {
-        outbox.withLock { box in
+        outbox.withLockedValue { box in
             box.discardEncoded()
             box.source = nil
         }
@@ -122,17 +132,21 @@ final class Playback: @unchecked Sendable {
 
     /// Continues the play from `position` on a freshly resolved source.
     func reopen(with source: ResolvedSource, atMS position: Int64) {
-        outbox.withLock { box in
+        outbox.withLockedValue { box in
             box.source = source
             box.pendingReopenMS = position
         }
     }
 
     /// The source the play is using (or will use).
-    var source: ResolvedSource? { outbox.withLock { $0.source } }
+    var source: ResolvedSource? { outbox.withLockedValue { $0.source } }
 
     func setVolume(_ volume: Int) {
-        outbox.withLock { $0.volume = volume }
+        outbox.withLockedValue { $0.volume = volume }
+    }
+
+    func setFilters(_ filters: Filters) {
+        outbox.withLockedValue { $0.filters = filters }
     }
 
     /// Worker side: opens the pipeline if needed, carries out a pending seek, and encodes frames
@@ -142,22 +156,22 @@ final class Playback: @unchecked Sendable {
     func fill(lead: Int, encoder configuration: OpusEncoderConfiguration, metrics: EngineMetrics, network: SourceNetwork?) {
         defer {
             // A cancelled play closes its source here, on a worker thread, never on the pacer's.
-            if outbox.withLock({ $0.cancelled }) { pipeline = nil }
-            outbox.withLock { $0.filling = false }
+            if outbox.withLockedValue({ $0.cancelled }) { pipeline = nil }
+            outbox.withLockedValue { $0.filling = false }
         }
-        if let (source, position) = outbox.withLock({ box in box.pendingReopenMS.flatMap { p in box.source.map { ($0, p) } } }) {
+        if let (source, position) = outbox.withLockedValue({ box in box.pendingReopenMS.flatMap { p in box.source.map { ($0, p) } } }) {
             pipeline = nil
             do {
                 pipeline = try Pipeline(
                     source: source, encoder: configuration, startMS: position, metrics: metrics, network: network)
-                outbox.withLock { $0.pendingReopenMS = nil }
+                outbox.withLockedValue { $0.pendingReopenMS = nil }
             } catch {
                 push(.end(.error, APIError.wrap(error)), frames: 0, generation: nil)
                 return
             }
         }
         if pipeline == nil {
-            guard let source = outbox.withLock({ $0.source }) else { return }
+            guard let source = outbox.withLockedValue({ $0.source }) else { return }
             do {
                 pipeline = try Pipeline(source: source, encoder: configuration, startMS: startMS, metrics: metrics, network: network)
             } catch {
@@ -170,16 +184,16 @@ final class Playback: @unchecked Sendable {
             guard let info = try pipeline.open() else { return }  // still opening
             if !announced {
                 announced = true
-                let volume = outbox.withLock { $0.volume }
-                push(.opened(info, passthrough: info.isOpusStereo48k && volume == 100), frames: 0, generation: nil)
+                let plain = outbox.withLockedValue { $0.volume == 100 && $0.filters.isEmpty }
+                push(.opened(info, passthrough: info.isOpusStereo48k && plain), frames: 0, generation: nil)
             }
         } catch {
             push(.end(.error, APIError.wrap(error)), frames: 0, generation: nil)
             return
         }
         while true {
-            let (buffered, stop, seek, volume, generation) = outbox.withLock {
-                ($0.bufferedFrames, $0.cancelled, $0.pendingSeekMS, $0.volume, $0.generation)
+            let (buffered, stop, seek, volume, filters, generation) = outbox.withLockedValue {
+                ($0.bufferedFrames, $0.cancelled, $0.pendingSeekMS, $0.volume, $0.filters, $0.generation)
             }
             if stop { return }
             if let seek {
@@ -189,12 +203,12 @@ final class Playback: @unchecked Sendable {
                     push(.end(.error, APIError.wrap(error)), frames: 0, generation: generation)
                     return
                 }
-                outbox.withLock { if $0.generation == generation { $0.pendingSeekMS = nil } }
+                outbox.withLockedValue { if $0.generation == generation { $0.pendingSeekMS = nil } }
                 continue
             }
             if buffered >= lead { return }
             do {
-                switch try pipeline.nextPacket(volume: volume) {
+                switch try pipeline.nextPacket(volume: volume, filters: filters) {
                 case .pending:
                     return  // the network is behind: try again next tick
                 case .end:
@@ -211,7 +225,7 @@ final class Playback: @unchecked Sendable {
     }
 
     private func push(_ item: OutboxItem, frames: Int, generation: Int?) {
-        outbox.withLock { box in
+        outbox.withLockedValue { box in
             guard !box.cancelled else { return }
             if let generation, generation != box.generation { return }
             if case .end = item { box.ended = true }
@@ -224,7 +238,7 @@ final class Playback: @unchecked Sendable {
 extension Playback {
     /// Takes the oldest item of the outbox (the pacer's side), nil when none is ready.
     func nextOutboxItem() -> OutboxItem? {
-        outbox.withLock { box in
+        outbox.withLockedValue { box in
             guard let item = box.items.popFirst() else { return nil }
             if case .frame = item { box.bufferedFrames -= 1 }
             return item
@@ -233,7 +247,7 @@ extension Playback {
 
     /// Ends the play with an error that happened outside the pipeline (yt-dlp could not resolve it).
     func fail(_ error: any Error) {
-        outbox.withLock { box in
+        outbox.withLockedValue { box in
             guard !box.cancelled, !box.ended else { return }
             box.ended = true
             box.items.append(.end(.error, APIError.wrap(error)))

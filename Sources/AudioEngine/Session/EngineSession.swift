@@ -6,6 +6,8 @@ import WireProtocol
 struct EngineSession {
     var machine = SessionStateMachine()
     var volume = 100
+    /// Kept across plays, as the volume is.
+    var filters = Filters()
     var playback: Playback?
     var url: String?
     var metadata: TrackMetadata?

@@ -4,6 +4,7 @@
 import CoreMetrics
 import EngineAPI
 import Logging
+import NIOConcurrencyHelpers
 import ServiceSupport
 import Synchronization
 import WireProtocol
@@ -83,7 +84,7 @@ extension SessionManager {
         into batch: inout TickBatch
     ) {
         guard session.machine.handle(.opened(playID: playback.playID)) == .emitReady else { return }
-        session.title = session.metadata?.title ?? info.title ?? playback.outbox.withLock { $0.source?.displayName }
+        session.title = session.metadata?.title ?? info.title ?? playback.outbox.withLockedValue { $0.source?.displayName }
         session.durationMS = session.metadata?.durationMS ?? info.durationMS
         session.passthrough = passthrough
         session.lastChange = .now

@@ -50,13 +50,14 @@ package final class SessionManager: Sendable {
     // MARK: Control
 
     /// Starts playing `url` on `sessionID`, replacing whatever that session played.
-    package func play(sessionID: SessionID, url: String, startMS: Int64 = 0, volume: Int? = nil) throws(APIError)
-        -> PlayStarted
-    {
+    package func play(
+        sessionID: SessionID, url: String, startMS: Int64 = 0, volume: Int? = nil, filters: Filters? = nil
+    ) throws(APIError) -> PlayStarted {
         guard (0...MediaTime.maxMS).contains(startMS) else {
             throw .badRequest("invalid_position", "\"start_ms\" must be from 0 to \(MediaTime.maxMS), got \(startMS)")
         }
         if let volume { try Self.checkVolume(volume) }
+        if let problem = filters?.problem { throw .badRequest("invalid_filters", problem) }
         let plan = try resolver.plan(url)
         var ready: ResolvedSource?
         if case .ready(let source) = plan { ready = source }
@@ -70,9 +71,10 @@ package final class SessionManager: Sendable {
             }
             var session = state.sessions[sessionID] ?? EngineSession()
             if let volume { session.volume = volume }
+            if let filters { session.filters = filters }
             let playback = Playback(
                 sessionID: sessionID, playID: state.nextPlayID, url: url, startMS: startMS, volume: session.volume,
-                source: ready)
+                filters: session.filters, source: ready)
             state.nextPlayID += 1
             if case .start(let replacing) = session.machine.handle(.play(playID: playback.playID)), let replacing {
                 session.playback?.cancel()
@@ -201,6 +203,18 @@ package final class SessionManager: Sendable {
         }
     }
 
+    /// Replaces the session's filters; the play in progress changes within the encoded lead.
+    func setFilters(sessionID: SessionID, filters: Filters) throws(APIError) -> SessionInfo {
+        if let problem = filters.problem { throw .badRequest("invalid_filters", problem) }
+        return try state.withLock { state throws(APIError) -> SessionInfo in
+            guard var session = state.sessions[sessionID] else { throw Self.unknown(sessionID) }
+            session.filters = filters
+            session.playback?.setFilters(filters)
+            state.sessions[sessionID] = session
+            return Self.info(sessionID, session)
+        }
+    }
+
     func info(sessionID: SessionID) throws(APIError) -> SessionInfo {
         try state.withLock { state throws(APIError) -> SessionInfo in
             guard let session = state.sessions[sessionID] else { throw Self.unknown(sessionID) }
@@ -296,7 +310,7 @@ package final class SessionManager: Sendable {
             sessionID: id, state: session.machine.state, playID: session.machine.playID, url: session.url,
             title: session.title, thumbnail: session.metadata?.thumbnail, durationMS: session.durationMS,
             positionMS: session.positionMS, volume: session.volume, passthrough: session.passthrough,
-            frames: session.counters)
+            frames: session.counters, filters: session.filters.isEmpty ? nil : session.filters)
     }
 
     private static func checkVolume(_ volume: Int) throws(APIError) {

@@ -1,6 +1,7 @@
 // Reads a session command from its name and JSON arguments: the REST path
 // (`POST /api/sessions/{id}/{name}` with a JSON body) and a WebSocket message
 // (`{"op": name, …arguments}`) go through the same parser, so both answer the same errors.
+import EngineAPI
 import Foundation
 import HTTPTypes
 import ServiceSupport
@@ -13,6 +14,8 @@ enum CommandParsing {
         var position_ms: Int64?
         var volume: Int?
         var mode: String?
+        /// `filters`: Lavalink's equalizer shape, `[{"band": 0…14, "gain": -0.25…1}]`.
+        var equalizer: [EqualizerBand]?
     }
 
     /// A WebSocket command: `op` names it, `id` (a number or string, optional) comes back in the reply.
@@ -32,8 +35,8 @@ enum CommandParsing {
 
     /// Every command's name, as REST paths and WebSocket `op`s spell it.
     static let names = [
-        "play", "queue", "remove", "clear", "jump", "next", "previous", "pause", "resume", "stop", "seek", "volume", "loop",
-        "shuffle",
+        "play", "queue", "remove", "clear", "jump", "next", "previous", "pause", "resume", "stop", "seek", "volume",
+        "filters", "loop", "shuffle",
     ]
 
     /// The command `name` with its arguments.
@@ -54,6 +57,7 @@ enum CommandParsing {
             guard position >= 0 else { throw .badRequest("invalid_position", "position_ms must be 0 or more") }
             return .seek(positionMS: position)
         case "volume": return .volume(try required(json.volume, "volume"))
+        case "filters": return .filters(Filters(equalizer: json.equalizer ?? []))
         case "loop":
             guard let raw = json.mode, let mode = LoopMode(rawValue: raw) else {
                 throw .badRequest("invalid_loop_mode", "mode must be \"off\", \"track\" or \"queue\"")
@@ -74,6 +78,9 @@ enum CommandParsing {
         }
         do {
             return try JSONDecoder().decode(Arguments.self, from: data)
+        } catch let error as DecodingError where error.isInEqualizer {
+            throw .badRequest(
+                "invalid_filters", "equalizer is a list of {\"band\": 0 to 14, \"gain\": -0.25 to 1.0}: \(error.problem)")
         } catch let DecodingError.typeMismatch(_, context) where !context.codingPath.isEmpty {
             let field = context.codingPath[0].stringValue
             throw .badRequest("invalid_\(field)", "\(field) has the wrong type: \(context.debugDescription)")
@@ -93,7 +100,17 @@ enum CommandParsing {
     private static func outOfRangeField(_ data: Data) -> (name: String, code: String)? {
         let beyond = JSONCoding.fieldsBeyond64Bits(in: data)
         let fields = [("index", "invalid_index"), ("position_ms", "invalid_position"), ("volume", "invalid_volume")]
-        return fields.first { name, _ in beyond.contains(name) }.map { (name: $0.0, code: $0.1) }
+        if let field = fields.first(where: { name, _ in beyond.contains(name) }) { return (name: field.0, code: field.1) }
+        // The equalizer's entries are objects of their own.
+        let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
+        let entries = (object?["equalizer"] as? [Any]) ?? []
+        let inEqualizer = entries.contains { entry in
+            guard let entry = entry as? [String: Any], let data = try? JSONSerialization.data(withJSONObject: entry) else {
+                return false
+            }
+            return !JSONCoding.fieldsBeyond64Bits(in: data).isEmpty
+        }
+        return inEqualizer ? (name: "an equalizer band", code: "invalid_filters") : nil
     }
 
     /// A queue position: 0 to 999 (a queue holds at most 1,000 tracks). One inside that range
@@ -122,5 +139,27 @@ enum CommandParsing {
     private static func required<T>(_ value: T?, _ key: String) throws(APIError) -> T {
         guard let value else { throw .badRequest("missing_\(key)", "\(key) is required") }
         return value
+    }
+}
+
+extension DecodingError {
+    /// Whether the error is inside the `equalizer` argument (its entries' fields included).
+    fileprivate var isInEqualizer: Bool {
+        switch self {
+        case .typeMismatch(_, let context), .valueNotFound(_, let context), .keyNotFound(_, let context),
+            .dataCorrupted(let context):
+            context.codingPath.first?.stringValue == "equalizer"
+        @unknown default: false
+        }
+    }
+
+    /// What is wrong, in a few words.
+    fileprivate var problem: String {
+        switch self {
+        case .keyNotFound(let key, _): "an entry has no \"\(key.stringValue)\""
+        case .typeMismatch(_, let context), .valueNotFound(_, let context), .dataCorrupted(let context):
+            "\(context.codingPath.map(\.stringValue).joined(separator: ".")) has the wrong type or is out of range"
+        @unknown default: "it cannot be read"
+        }
     }
 }

@@ -66,11 +66,16 @@ struct AccessControl: Sendable {
     }
 
     /// The session a WebSocket subscribes to: the one a browser token names, or with the bot
-    /// token the `session` query parameter (a guild id).
+    /// token the `session` query parameter (a guild id). A token that is neither is refused as
+    /// such (401), whatever else the request lacks: a browser must learn that its stored token
+    /// is no longer good, not that a parameter it never sends is missing.
     func webSocketSession(_ request: Request) throws(APIError) -> SessionID {
         let named = request.uri.queryParameters["session"].map(String.init)
-        if let token = Self.token(in: request), let granted = tokens.verify(token), named == nil {
-            return granted
+        if named == nil, let token = Self.token(in: request) {
+            if let granted = tokens.verify(token) { return granted }
+            guard isBot(request) else {
+                throw APIError(status: .unauthorized, code: "unauthorized", message: "the token is not valid")
+            }
         }
         let id = try RouterApplication.sessionID(query: named)
         try authorize(request, for: id)

@@ -1,4 +1,5 @@
 // What users and bots ask of a session, whichever way they ask (REST, WebSocket, bot link).
+import EngineAPI
 
 /// A command from a user or bot, the same over REST and WebSocket.
 enum SessionCommand: Sendable, Equatable {
@@ -14,6 +15,7 @@ enum SessionCommand: Sendable, Equatable {
     case stop
     case seek(positionMS: Int64)
     case volume(Int)
+    case filters(Filters)
     case loop(LoopMode)
     case shuffle
 
@@ -21,7 +23,7 @@ enum SessionCommand: Sendable, Equatable {
     var mayStartPlay: Bool {
         switch self {
         case .play, .enqueue, .jump, .next, .previous, .resume: true
-        case .remove, .clear, .pause, .stop, .seek, .volume, .loop, .shuffle: false
+        case .remove, .clear, .pause, .stop, .seek, .volume, .filters, .loop, .shuffle: false
         }
     }
 }

@@ -54,8 +54,8 @@ actor SessionController {
         return SessionView(
             sessionID: id.description, status: "\(queue.status)", current: queue.current,
             nowPlaying: queue.currentTrack, queue: queue.tracks, positionMS: position,
-            durationMS: queue.currentTrack?.durationMS, volume: snapshot.volume, paused: queue.status == .paused,
-            loop: queue.loop)
+            durationMS: queue.currentTrack?.durationMS, volume: snapshot.volume, filters: snapshot.filters,
+            paused: queue.status == .paused, loop: queue.loop)
     }
 
     /// Runs `join` on the controller with the current state, so no state change falls between
@@ -153,6 +153,11 @@ actor SessionController {
             if snapshot.queue.status != .idle { try await engine.control(id, .volume(volume)) }
             snapshot.volume = volume
             changed()
+        case .filters(let filters):
+            if let problem = filters.problem { throw .badRequest("invalid_filters", problem) }
+            if snapshot.queue.status != .idle { try await engine.control(id, .filters(filters)) }
+            snapshot.filters = filters
+            changed()
         case .loop(let mode):
             try await apply(.setLoop(mode))
         case .shuffle:
@@ -219,7 +224,8 @@ actor SessionController {
             defer { startsInFlight -= 1 }
             let playID: UInt64
             do {
-                playID = try await engine.play(id, url: track.url, startMS: startMS, volume: snapshot.volume)
+                playID = try await engine.play(
+                    id, url: track.url, startMS: startMS, volume: snapshot.volume, filters: snapshot.filters)
             } catch {
                 // The engine refused: nothing plays now. Stop here rather than try every track.
                 return .failed(error, next: .finished(generation: generation, reason: .other))

@@ -1,16 +1,30 @@
 // The part of a session that is stored (SQLite, `Persistence/`) and restored after a restart.
+import EngineAPI
 
 /// What is kept of a session across Router restarts.
 struct SessionSnapshot: Sendable, Equatable, Codable {
     var queue = SessionQueue()
     var volume = 100
+    var filters = Filters()
     var positionMS: Int64 = 0
     /// The engine play of the queue's current generation, while there is one.
     var playID: UInt64?
 
     enum CodingKeys: String, CodingKey {
-        case queue, volume
+        case queue, volume, filters
         case positionMS = "position_ms"
         case playID = "play_id"
+    }
+}
+
+extension SessionSnapshot {
+    /// A row stored before a field existed gets that field's default (filters came later).
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        queue = try container.decode(SessionQueue.self, forKey: .queue)
+        volume = try container.decode(Int.self, forKey: .volume)
+        filters = try container.decodeIfPresent(Filters.self, forKey: .filters) ?? Filters()
+        positionMS = try container.decode(Int64.self, forKey: .positionMS)
+        playID = try container.decodeIfPresent(UInt64.self, forKey: .playID)
     }
 }

@@ -1,5 +1,6 @@
 // What clients are told about a session: the answer to `GET /api/sessions/{id}` and every
 // `{"type":"state"}` message.
+import EngineAPI
 import ServiceSupport
 
 /// A session's state as clients see it (`GET /api/sessions/{id}`, `{"type":"state"}` messages).
@@ -14,13 +15,15 @@ struct SessionView: Sendable, Equatable, Codable {
     var positionMS: Int64
     var durationMS: Int64?
     var volume: Int
+    /// The session's filters (`{"equalizer":[]}` when none).
+    var filters: Filters
     var paused: Bool
     var loop: LoopMode
     /// Connected clients, in the operator's listing (`GET /api/sessions`) only.
     var clients: Int?
 
     enum CodingKeys: String, CodingKey {
-        case type, status, current, queue, volume, paused, loop, clients
+        case type, status, current, queue, volume, filters, paused, loop, clients
         case sessionID = "session_id"
         case nowPlaying = "now_playing"
         case positionMS = "position_ms"

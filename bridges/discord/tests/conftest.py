@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
+# The repository around bridges/discord/tests (inside the bot's image the tests stand alone, and
+# only the unit tests that need no cluster run there).
+REPO = Path(__file__).resolve().parent.parent.parent.parent
 
 
 def free_port() -> int:

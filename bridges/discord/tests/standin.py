@@ -74,3 +74,48 @@ class StandInVoice:
         if self.player is not None:
             self.player.stop()
             self.player.join(timeout=2)
+
+
+class StandInVoiceProtocol:
+    """What ``channel.connect(cls=…)`` creates in the slash-command tests: a voice connection
+    with no Discord voice server behind it (simcord's voice is state only), playing through
+    ``StandInVoice`` and reporting a DAVE privacy code at once."""
+
+    def __new__(cls, client, channel):
+        import discord
+
+        class _Protocol(discord.VoiceProtocol):
+            def __init__(self, client, channel) -> None:
+                super().__init__(client, channel)
+                self.voice = StandInVoice(client.loop)
+                self.voice_privacy_code = "00000 00000 00000 00000 00000 00000"
+                self.connected_with: dict = {}
+                self.disconnected = False
+
+            async def connect(self, *, timeout, reconnect, self_deaf=False, self_mute=False) -> None:
+                self.connected_with = {"self_deaf": self_deaf, "reconnect": reconnect}
+
+            async def disconnect(self, *, force: bool = False) -> None:
+                self.voice.stop()
+                self.disconnected = True
+                self.cleanup()
+
+            def play(self, source) -> None:
+                self.voice.play(source)
+
+            def pause(self) -> None:
+                self.voice.pause()
+
+            def resume(self) -> None:
+                self.voice.resume()
+
+            def is_paused(self) -> bool:
+                return self.voice.is_paused()
+
+            def is_playing(self) -> bool:
+                return self.voice.is_playing()
+
+            def stop(self) -> None:
+                self.voice.stop()
+
+        return _Protocol(client, channel)

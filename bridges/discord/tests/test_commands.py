@@ -54,6 +54,10 @@ def test_every_command_against_the_router(cluster):
                 assert await commands.loop("track") == "Looping this track."
                 assert (await link.command("state"))["loop"] == "track"
                 assert await commands.simple("shuffle") == "Shuffled what is coming up."
+                assert await commands.equalizer("bass boost") == "Equalizer: bass boost."
+                assert (await link.command("state"))["filters"]["equalizer"][0] == {"band": 0, "gain": 0.25}
+                assert await commands.equalizer("flat") == "Equalizer off."
+                assert (await link.command("state"))["filters"] == {"equalizer": []}
 
                 playing = await commands.now_playing()
                 assert playing["title"] == "tone-440.mp3" and playing["duration"] == "0:30"

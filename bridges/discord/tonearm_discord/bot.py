@@ -18,15 +18,21 @@ import aiohttp
 import discord
 from discord import app_commands
 
-from .commands import Commands
+from .commands import EQUALIZER_PRESETS, Commands
 from .config import Config
 from .guild_player import GuildPlayer
 from .router_link import TonearmError, Unauthorized
+from .waits import ExternalWait, direct
 
 log = logging.getLogger("tonearm.bot")
 
 
 class TonearmBot(discord.Client):
+    # What joins a voice channel, and how waits on Tonearm are awaited: discord.py's voice client
+    # and a plain await; the slash-command tests put simcord's stand-ins here.
+    voice_client_class: type[discord.VoiceProtocol] = discord.VoiceClient
+    external_wait: ExternalWait = staticmethod(direct)
+
     def __init__(self, config: Config) -> None:
         intents = discord.Intents.none()
         intents.guilds = True
@@ -38,14 +44,16 @@ class TonearmBot(discord.Client):
         self.http_session: Optional[aiohttp.ClientSession] = None
         self.started = time.monotonic()
         self._alone_since: dict[int, float] = {}
+        self._idle_watch: Optional[asyncio.Task[None]] = None
         register_commands(self)
 
     async def setup_hook(self) -> None:
         self.http_session = aiohttp.ClientSession()
         await self.tree.sync()
-        self.loop.create_task(self._leave_empty_channels())
 
     async def close(self) -> None:
+        if self._idle_watch is not None:
+            self._idle_watch.cancel()
         for guild_id in list(self.players):
             await self.leave(guild_id)
         if self.http_session is not None:
@@ -66,13 +74,15 @@ class TonearmBot(discord.Client):
         channel = getattr(getattr(member, "voice", None), "channel", None)
         if channel is None:
             raise TonearmError("not_in_voice", "join a voice channel first, then /play")
-        voice = await channel.connect(self_deaf=True, reconnect=True, timeout=30)
+        voice = await channel.connect(cls=self.voice_client_class, self_deaf=True, reconnect=True, timeout=30)
         # DAVE: audio before the MLS group is ready would go out unencrypted.
         deadline = time.monotonic() + 10
         while voice.voice_privacy_code is None and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         if player is None:
-            player = GuildPlayer(guild.id, self.config.router_url, self.config.bot_token, session=self.http_session)
+            player = GuildPlayer(
+                guild.id, self.config.router_url, self.config.bot_token, session=self.http_session, wait=self.external_wait
+            )
             self.players[guild.id] = player
             player.start()
             try:
@@ -80,6 +90,8 @@ class TonearmBot(discord.Client):
             except asyncio.TimeoutError:
                 raise TonearmError("not_connected", "Tonearm is not reachable right now; try again in a moment")
         await player.attach(voice)
+        if self._idle_watch is None or self._idle_watch.done():
+            self._idle_watch = asyncio.get_running_loop().create_task(self._leave_empty_channels())
         log.info("guild %s: joined voice channel %s", guild.id, channel.id)
         return player
 
@@ -94,9 +106,11 @@ class TonearmBot(discord.Client):
         log.info("guild %s: left voice", guild_id)
 
     async def _leave_empty_channels(self) -> None:
-        while not self.is_closed():
-            await asyncio.sleep(5)
-            now = time.monotonic()
+        """Every 5 s while the bot is in voice anywhere."""
+        loop = asyncio.get_running_loop()
+        while self.players and not self.is_closed():
+            await self.external_wait(asyncio.sleep(5), reason="the idle-leave check's timer")
+            now = loop.time()
             for guild_id in list(self.players):
                 guild = self.get_guild(guild_id)
                 channel = getattr(guild.voice_client, "channel", None) if guild else None
@@ -123,7 +137,9 @@ class TonearmBot(discord.Client):
         player = self.players.get(guild_id)
         if player is None or self.http_session is None:
             return None
-        return Commands(player.link, self.http_session, self.config.router_url, self.config.bot_token)
+        return Commands(
+            player.link, self.http_session, self.config.router_url, self.config.bot_token, wait=self.external_wait
+        )
 
     def health(self) -> dict:
         return {
@@ -140,15 +156,22 @@ def register_commands(bot: TonearmBot) -> None:
     tree = bot.tree
 
     async def answer(interaction: discord.Interaction, work) -> None:
-        """Runs `work` (→ text) after deferring, and answers with its text or the refusal."""
+        """Runs `work` (→ text or an embed) after deferring, and answers with it or the refusal."""
         await interaction.response.defer(thinking=True)
         try:
             text = await work()
+            if isinstance(text, discord.Embed):
+                await interaction.followup.send(embed=text)
+                return
         except Unauthorized as error:
             log.error("%s", error.message)
             text = "⚠️ this bot is not allowed to use Tonearm (its token was refused)"
         except TonearmError as error:
             text = f"⚠️ {error.message}"
+        except Exception:
+            # Whatever went wrong, the user gets an answer instead of "thinking…" for ever.
+            log.exception("guild %s: /%s failed", interaction.guild_id, getattr(interaction.command, "name", "?"))
+            text = "⚠️ something went wrong on my side; the operator can find it in my log"
         await interaction.followup.send(text)
 
     def guild_commands(interaction: discord.Interaction) -> Commands:
@@ -194,6 +217,11 @@ def register_commands(bot: TonearmBot) -> None:
     async def volume(interaction: discord.Interaction, percent: app_commands.Range[int, 0, 1000]) -> None:
         await answer(interaction, lambda: guild_commands(interaction).volume(percent))
 
+    @tree.command(description="Shape the sound: bass boost, treble boost, vocals, soft, or flat (heard at once)")
+    @app_commands.choices(preset=[app_commands.Choice(name=p, value=p) for p in EQUALIZER_PRESETS])
+    async def equalizer(interaction: discord.Interaction, preset: app_commands.Choice[str]) -> None:
+        await answer(interaction, lambda: guild_commands(interaction).equalizer(preset.value))
+
     @tree.command(description="Loop off, this track, or the queue")
     @app_commands.choices(mode=[app_commands.Choice(name=m, value=m) for m in ("off", "track", "queue")])
     async def loop(interaction: discord.Interaction, mode: app_commands.Choice[str]) -> None:
@@ -205,23 +233,26 @@ def register_commands(bot: TonearmBot) -> None:
 
     @tree.command(description="What is playing")
     async def nowplaying(interaction: discord.Interaction) -> None:
-        await interaction.response.defer(thinking=True)
-        try:
+        async def work() -> discord.Embed:
             playing = await guild_commands(interaction).now_playing()
-        except TonearmError as error:
-            await interaction.followup.send(f"⚠️ {error.message}")
-            return
-        embed = discord.Embed(title=playing["title"], url=playing["url"] if str(playing["url"]).startswith("http") else None)
-        embed.add_field(name="Position", value=f"{playing['position']} / {playing['duration']}")
-        embed.add_field(name="Status", value=playing["status"])
-        embed.add_field(name="Volume", value=f"{playing['volume']} %")
-        embed.add_field(name="Loop", value=playing["loop"])
-        if bot.config.playground_url:
-            embed.set_footer(text=f"{bot.config.playground_url.rstrip('/')}/guilds")
-        await interaction.followup.send(embed=embed)
+            link = playing["url"] if str(playing["url"]).startswith(("http://", "https://")) else None
+            embed = discord.Embed(title=playing["title"], url=link)
+            embed.add_field(name="Position", value=f"{playing['position']} / {playing['duration']}")
+            embed.add_field(name="Status", value=playing["status"])
+            embed.add_field(name="Volume", value=f"{playing['volume']} %")
+            embed.add_field(name="Loop", value=playing["loop"])
+            if bot.config.playground_url:
+                # The operator's page for this guild (it asks for the bot token).
+                page = f"{bot.config.playground_url.rstrip('/')}/guilds/#{interaction.guild_id}"
+                embed.add_field(name="Playground", value=f"[this guild's controls]({page})", inline=False)
+            return embed
+
+        await answer(interaction, work)
 
     @tree.command(description="Leave the voice channel")
     async def leave(interaction: discord.Interaction) -> None:
-        await interaction.response.defer(thinking=True)
-        await bot.leave(interaction.guild_id or 0)
-        await interaction.followup.send("Left the voice channel.")
+        async def work() -> str:
+            await bot.leave(interaction.guild_id or 0)
+            return "Left the voice channel."
+
+        await answer(interaction, work)

@@ -11,8 +11,19 @@ from urllib.parse import quote
 import aiohttp
 
 from .router_link import GuildLink, TonearmError
+from .waits import ExternalWait, direct
 
 LOOP_MODES = ("off", "track", "queue")
+
+# Equalizer presets in Lavalink's shape (band 0 = 25 Hz … 14 = 16 kHz; a gain g multiplies the
+# band by 1 + 4g, so 0.25 is +6 dB). The engine applies them from its next frame: no seek needed.
+EQUALIZER_PRESETS: dict[str, list[dict[str, float]]] = {
+    "flat": [],
+    "bass boost": [{"band": b, "gain": g} for b, g in enumerate((0.25, 0.2, 0.15, 0.1, 0.05))],
+    "treble boost": [{"band": b, "gain": g} for b, g in zip(range(10, 15), (0.05, 0.1, 0.15, 0.2, 0.2))],
+    "vocals": [{"band": b, "gain": g} for b, g in ((0, -0.05), (1, -0.05), (7, 0.1), (8, 0.15), (9, 0.15), (10, 0.1))],
+    "soft": [{"band": b, "gain": g} for b, g in zip(range(10, 15), (-0.05, -0.1, -0.1, -0.15, -0.15))],
+}
 
 
 def looks_like_a_link(text: str) -> bool:
@@ -47,24 +58,30 @@ def track_name(track: Optional[dict[str, Any]]) -> str:
 
 
 class Commands:
-    def __init__(self, link: GuildLink, http: aiohttp.ClientSession, router_url: str, token: str) -> None:
+    def __init__(
+        self, link: GuildLink, http: aiohttp.ClientSession, router_url: str, token: str, *, wait: ExternalWait = direct
+    ) -> None:
         self.link = link
         self.http = http
         self.router_url = router_url.rstrip("/")
         self.token = token
+        self.wait = wait
 
     async def search(self, words: str) -> dict[str, Any]:
         """The first result for `words` (the Router's `/api/search`)."""
         url = f"{self.router_url}/api/search?q={quote(words)}&limit=1"
-        async with self.http.get(url, headers={"Authorization": f"Bearer {self.token}"}) as response:
-            body = await response.json(content_type=None)
-            if response.status != 200:
-                error = (body or {}).get("error") or {}
-                raise TonearmError(str(error.get("code", response.status)), str(error.get("message", "search failed")))
+        status, body = await self.wait(self._get(url), reason="Tonearm's /api/search")
+        if status != 200:
+            error = (body or {}).get("error") or {}
+            raise TonearmError(str(error.get("code", status)), str(error.get("message", "search failed")))
         results = body.get("results") or []
         if not results:
             raise TonearmError("no_results", f"nothing found for “{words}”")
         return results[0]
+
+    async def _get(self, url: str) -> tuple[int, Any]:
+        async with self.http.get(url, headers={"Authorization": f"Bearer {self.token}"}) as response:
+            return response.status, await response.json(content_type=None)
 
     async def play(self, query: str, now: bool = False) -> str:
         """`/play`: a link is played as it is; words are searched first. Appends unless `now`."""
@@ -73,8 +90,14 @@ class Commands:
         if not looks_like_a_link(url):
             found = await self.search(url)
             url = str(found["url"])
-        state = await self.link.command("play" if now else "queue", url=url)
         name = track_name(found) if found else url
+        try:
+            state = await self.link.command("play" if now else "queue", url=url)
+        except TonearmError as error:
+            if found is None:
+                raise
+            # Say what the words found, so the user knows what was refused.
+            raise TonearmError(error.code, f"found **{name}**, but {error.message}") from None
         queue = state.get("queue") or []
         # Queued on an idle guild, the track starts at once: it is then the current one.
         started = now or (state.get("current") == len(queue) - 1 and state.get("status") != "idle")
@@ -118,6 +141,13 @@ class Commands:
     async def volume(self, percent: int) -> str:
         await self.link.command("volume", volume=percent)
         return f"Volume {percent} %."
+
+    async def equalizer(self, preset: str) -> str:
+        bands = EQUALIZER_PRESETS.get(preset)
+        if bands is None:
+            raise TonearmError("invalid_preset", f"the presets are {', '.join(EQUALIZER_PRESETS)}")
+        await self.link.command("filters", equalizer=bands)
+        return "Equalizer off." if not bands else f"Equalizer: {preset}."
 
     async def loop(self, mode: str) -> str:
         if mode not in LOOP_MODES:

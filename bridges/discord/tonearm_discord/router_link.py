@@ -20,6 +20,7 @@ from urllib.parse import quote
 import aiohttp
 
 from .jitter import JitterBuffer
+from .waits import ExternalWait, direct
 
 log = logging.getLogger("tonearm.link")
 
@@ -51,6 +52,7 @@ class GuildLink:
         session: Optional[aiohttp.ClientSession] = None,
         reply_timeout: float = 20.0,
         backoff: tuple[float, float] = (0.25, 10.0),
+        wait: ExternalWait = direct,
     ) -> None:
         self.router_url = router_url.rstrip("/")
         self.token = token
@@ -59,6 +61,7 @@ class GuildLink:
         self.on_event = on_event
         self.reply_timeout = reply_timeout
         self.backoff = backoff
+        self.wait = wait
         self.state: Optional[dict[str, Any]] = None
         self.connections = 0
         self._session = session
@@ -125,8 +128,11 @@ class GuildLink:
     async def _connect_once(self) -> None:
         assert self._session is not None
         try:
-            ws = await self._session.ws_connect(
-                self.url, headers={"Authorization": f"Bearer {self.token}"}, heartbeat=None, max_msg_size=1 << 20
+            ws = await self.wait(
+                self._session.ws_connect(
+                    self.url, headers={"Authorization": f"Bearer {self.token}"}, heartbeat=None, max_msg_size=1 << 20
+                ),
+                reason="connecting to the Router",
             )
         except aiohttp.WSServerHandshakeError as error:
             if error.status in (401, 403):
@@ -141,7 +147,7 @@ class GuildLink:
         reason = ""
         try:
             while True:
-                message = await ws.receive()
+                message = await self.wait(ws.receive(), reason="the Router's next message")
                 if message.type == aiohttp.WSMsgType.BINARY:
                     self.buffer.push(message.data)
                 elif message.type == aiohttp.WSMsgType.TEXT:
@@ -200,9 +206,9 @@ class GuildLink:
         request_id = next(self._ids)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._replies[request_id] = future
-        await ws.send_str(json.dumps({"op": op, "id": request_id, **arguments}))
+        await self.wait(ws.send_str(json.dumps({"op": op, "id": request_id, **arguments})), reason=f"sending {op}")
         try:
-            reply = await asyncio.wait_for(future, self.reply_timeout)
+            reply = await self.wait(asyncio.wait_for(future, self.reply_timeout), reason=f"the Router's reply to {op}")
         except asyncio.TimeoutError:
             self._replies.pop(request_id, None)
             raise TonearmError("timeout", f"Tonearm did not answer {op} in time") from None

@@ -4,6 +4,13 @@
 
 const IDENTITY_KEY = "tonearm.identity";
 
+/** Forgets this browser's identity: the Router no longer accepts it (its signing secret
+ * changed, or the stored value was damaged). The next `identity()` asks for a new one — a new,
+ * empty session. */
+function forgetIdentity(refused) {
+  if (JSON.parse(localStorage.getItem(IDENTITY_KEY) || "null")?.token === refused) localStorage.removeItem(IDENTITY_KEY);
+}
+
 export async function identity() {
   const stored = JSON.parse(localStorage.getItem(IDENTITY_KEY) || "null");
   if (stored?.token && stored?.session_id) return stored;
@@ -27,6 +34,7 @@ export function explain(error) {
     engine_unavailable: "The audio engine is not running right now. Try again in a few seconds.",
     engine_restarted: "The audio engine restarted. Press play to continue.",
     missing_url: "Type a file name, a link or something to search for first.",
+    identity_refused: "The server no longer knew this browser, so it was given a new session.",
   };
   return messages[error?.code] || error?.message || "Something went wrong.";
 }
@@ -57,8 +65,14 @@ export class Connection {
       if (data.type === "reply") return this.settle(data);
       this.onEvent(data);
     };
-    socket.onclose = () => {
+    socket.onclose = (event) => {
       if (this.socket !== socket) return;
+      // 4401: the Router refused the token itself (4000 + HTTP 401). Retrying it cannot help.
+      if (event.code === 4401) {
+        forgetIdentity(this.me.token);
+        this.backoff = 250;
+        this.onEvent({ type: "error", code: "identity_refused" });
+      }
       for (const [, waiter] of this.pending) waiter.reject({ code: "engine_unavailable", message: "The connection dropped." });
       this.pending.clear();
       this.onConnection("reconnecting");
@@ -94,6 +108,7 @@ export class Connection {
       body: JSON.stringify(args),
     });
     const body = await response.json().catch(() => null);
+    if (response.status === 401) forgetIdentity(me.token);
     if (!response.ok) throw body?.error || { code: "http_" + response.status, message: `Request failed (${response.status}).` };
     this.onState(body);
     return body;

@@ -59,6 +59,40 @@ window.tonearm = {
 
 function say(text) { $("message").textContent = text || ""; }
 
+// The equalizer: Lavalink's 15 bands; a gain g multiplies a band by 1 + 4g (0.25 = +6 dB).
+const BANDS = [25, 40, 63, 100, 160, 250, 400, 630, 1000, 1600, 2500, 4000, 6300, 10000, 16000];
+const PRESETS = {
+  "flat": [],
+  "bass boost": [0.25, 0.2, 0.15, 0.1, 0.05].map((gain, band) => ({ band, gain })),
+  "treble boost": [0.05, 0.1, 0.15, 0.2, 0.2].map((gain, i) => ({ band: 10 + i, gain })),
+  "vocals": [[0, -0.05], [1, -0.05], [7, 0.1], [8, 0.15], [9, 0.15], [10, 0.1]].map(([band, gain]) => ({ band, gain })),
+  "soft": [-0.05, -0.1, -0.1, -0.15, -0.15].map((gain, i) => ({ band: 10 + i, gain })),
+};
+$("eq-bands").replaceChildren(...BANDS.map((hz, band) => {
+  const label = document.createElement("label");
+  const input = Object.assign(document.createElement("input"), { type: "range", min: -0.25, max: 1, step: 0.05, value: 0 });
+  input.dataset.band = band;
+  input.setAttribute("aria-label", `${hz < 1000 ? hz : hz / 1000 + "k"} Hz`);
+  input.onchange = () => run("filters", { equalizer: bandGains().filter((entry) => entry.gain !== 0) });
+  label.append(input, hz < 1000 ? String(hz) : `${hz / 1000}k`);
+  return label;
+}));
+function bandGains() {
+  return [...$("eq-bands").querySelectorAll("input")].map((input) => ({ band: Number(input.dataset.band), gain: Number(input.value) }));
+}
+$("eq-preset").onchange = () => run("filters", { equalizer: PRESETS[$("eq-preset").value] ?? [] });
+function renderEqualizer() {
+  const gains = new Array(BANDS.length).fill(0);
+  for (const { band, gain } of state.filters?.equalizer ?? []) if (band in gains) gains[band] = gain;
+  for (const input of $("eq-bands").querySelectorAll("input")) {
+    if (document.activeElement !== input) input.value = gains[Number(input.dataset.band)];
+  }
+  const same = (preset) => BANDS.every((_, band) => (preset.find((entry) => entry.band === band)?.gain ?? 0) === gains[band]);
+  if (document.activeElement !== $("eq-preset")) {
+    $("eq-preset").value = Object.keys(PRESETS).find((name) => same(PRESETS[name])) ?? "custom";
+  }
+}
+
 // Commands that mean "I want to hear something" start the player inside their click (browsers
 // let audio start only from a gesture); pause and stop silence it at once.
 const STARTS = new Set(["play", "queue", "resume", "jump", "next", "previous"]);
@@ -118,6 +152,7 @@ function render() {
   icon($("mute"), state.volume === 0 ? "muted" : "volume");
   $("mute").setAttribute("aria-label", state.volume === 0 ? "Unmute" : "Mute");
   $("loop").value = state.loop;
+  renderEqualizer();
   renderQueue();
 }
 

@@ -67,11 +67,16 @@ function row(session) {
 
 async function refresh() {
   try {
-    const { sessions } = await call("GET", "/api/sessions");
+    const { sessions: all } = await call("GET", "/api/sessions");
+    // `/guilds/#<guild id>` (the Discord bot's /nowplaying links here): that guild alone.
+    const only = focusedGuild();
+    const sessions = only ? all.filter((session) => session.session_id === only) : all;
     $("connection").dataset.state = "connected";
     $("connection").textContent = "Signed in";
     $("guilds").hidden = sessions.length === 0;
     $("empty").hidden = sessions.length > 0;
+    $("empty").textContent = only ? `Guild ${only} has no live session.` : "No guild session is live.";
+    $("show-all").hidden = !only;
     if (!document.activeElement || document.activeElement.type !== "number") {
       $("guilds").tBodies[0].replaceChildren(...sessions.map(row));
     }
@@ -82,6 +87,14 @@ async function refresh() {
       ? "That is not the bot token." : explain(error);
     clearInterval(timer);
     timer = null;
+  }
+}
+
+function focusedGuild() {
+  try {
+    return decodeURIComponent(location.hash.slice(1));
+  } catch {
+    return "";
   }
 }
 
@@ -97,4 +110,5 @@ $("sign-in").addEventListener("submit", (event) => {
   sessionStorage.setItem(KEY, $("token").value.trim());
   start();
 });
+addEventListener("hashchange", () => { if (timer) refresh(); });
 if (sessionStorage.getItem(KEY)) start();
