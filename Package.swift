@@ -198,7 +198,7 @@ if Context.environment["TONEARM_BENCHMARKS"] != nil {
         .executableTarget(
             name: "TonearmBenchmarks",
             dependencies: [
-                "WireProtocol", "AudioEngine", "TonearmRouter", "TestSupport",
+                "WireProtocol", "EngineAPI", "AudioEngine", "TonearmRouter", "TestSupport",
                 .product(name: "Benchmark", package: "benchmark"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],

@@ -1,8 +1,9 @@
 // The hot paths of one frame, measured in isolation: the wire format in both directions, one Opus
-// encode, one pacer tick over N sessions, one Router publish to N subscribers. Each reports wall
+// encode, the filters on one frame, one pacer tick over N sessions, one Router publish to N subscribers. Each reports wall
 // time and allocations. Run with `make bench-micro` (a release build through package-benchmark).
 import AudioEngine
 import Benchmark
+import EngineAPI
 import Foundation
 import Logging
 import NIOCore
@@ -59,6 +60,42 @@ let benchmarks: @Sendable () -> Void = {
                 blackHole(try! encoder.encode(pcm) { $0.count })
             }
             frame += 1
+        }
+    }
+
+    // The filters' cost per frame, beside the encode above (docs/benchmarks.md: filters).
+    let filterCases: [(String, Filters)] = [
+        ("equalizer, 5 bands (bass boost)", Filters(equalizer: (0..<5).map { EqualizerBand(band: $0, gain: 0.25 - 0.05 * Double($0)) })),
+        ("equalizer, all 15 bands", Filters(equalizer: (0..<15).map { EqualizerBand(band: $0, gain: 0.1) })),
+        ("karaoke", Filters(karaoke: Karaoke())),
+        ("tremolo", Filters(tremolo: Tremolo())),
+        ("vibrato", Filters(vibrato: Vibrato())),
+        ("rotation", Filters(rotation: Rotation(rotationHz: 0.2))),
+        ("distortion", Filters(distortion: Distortion())),
+        ("low-pass", Filters(lowPass: LowPass())),
+        ("all eight, 15 bands", Filters(
+            equalizer: (0..<15).map { EqualizerBand(band: $0, gain: 0.1) }, karaoke: Karaoke(), tremolo: Tremolo(),
+            vibrato: Vibrato(), rotation: Rotation(rotationHz: 0.2), distortion: Distortion(),
+            channelMix: ChannelMix(leftToRight: 0.2), lowPass: LowPass())),
+    ]
+    for (name, filters) in filterCases {
+        Benchmark("filters: one 20 ms stereo frame through \(name)", configuration: perFrame) { benchmark in
+            var chain = FilterChain()
+            chain.set(filters)
+            let music = MusicLikePCM(seconds: 1)
+            var frame = [Float](repeating: 0, count: 1_920)
+            var index = 0
+            benchmark.startMeasurement()
+            for _ in benchmark.scaledIterations {
+                music.frame(index) { pcm in
+                    frame.withUnsafeMutableBufferPointer { out in
+                        _ = out.initialize(from: pcm)
+                        chain.process(out)
+                    }
+                }
+                blackHole(frame[0])
+                index += 1
+            }
         }
     }
 

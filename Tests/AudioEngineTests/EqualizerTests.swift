@@ -22,20 +22,7 @@ import Testing
     }
 
     /// Runs `samples` through `filters` in 20 ms frames, as the pipeline does.
-    static func equalized(_ samples: [Float], _ filters: Filters) -> [Float] {
-        var equalizer = Equalizer()
-        equalizer.set(filters)
-        var out = samples
-        out.withUnsafeMutableBufferPointer { all in
-            var start = 0
-            while start < all.count {
-                let end = min(start + 1_920, all.count)
-                equalizer.process(UnsafeMutableBufferPointer(rebasing: all[start..<end]))
-                start = end
-            }
-        }
-        return out
-    }
+    static func equalized(_ samples: [Float], _ filters: Filters) -> [Float] { FilterChainTests.filtered(samples, filters) }
 
     /// The second second of the left channel (the filters have settled).
     static func settled(_ samples: [Float]) -> [Float] { Array(Spectrum.left(samples)[48_000..<96_000]) }

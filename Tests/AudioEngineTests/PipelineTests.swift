@@ -157,4 +157,28 @@ import Testing
         _ = try pipeline.nextPacket(volume: 100, filters: Filters(equalizer: [EqualizerBand(band: 5, gain: 0.1)]))
         #expect(!pipeline.passthrough)
     }
+
+    /// Tremolo as it leaves the engine: the decoded level falls by half (−6 dB) in the middle of
+    /// each 250 ms cycle at 4 Hz and is whole at its ends.
+    @Test func aTremoloIsHeardAtItsRateInTheEncodedOpus() throws {
+        let directory = try TemporaryDirectory()
+        let file = directory.file("tone.wav")
+        try MediaFixture.ffmpeg(["-f", "lavfi", "-i", "sine=f=1000:d=2:sample_rate=48000", "-ac", "2", file])
+        let pipeline = try Pipeline(source: ResolvedSource(location: file, displayName: "t"), encoder: OpusEncoderConfiguration())
+        let decoder = try OpusDecoder()
+        var pcm: [Float] = []
+        while case .value(let packet) = try pipeline.nextPacket(volume: 100, filters: Filters(tremolo: Tremolo(frequency: 4, depth: 0.5))) {
+            pcm += try decoder.decode(packet)
+        }
+        let left = Spectrum.left(pcm)
+        // 10 ms windows from 0.5 s (Opus's 6.5 ms of delay shifts each trough by under a window).
+        let levels = stride(from: 24_000, to: 96_000 - 479, by: 480).map { Spectrum.dBFS(Array(left[$0..<($0 + 480)])) }
+        for cycle in 0..<6 {
+            let window = levels[(cycle * 25)..<(cycle * 25 + 25)]
+            let quietest = window.indices.min { window[$0] < window[$1] } ?? -1
+            #expect(abs(quietest - (cycle * 25 + 12)) <= 2, "cycle \(cycle): quietest at \(quietest * 10 + 500) ms")
+            let swing = (window.max() ?? 0) - (window.min() ?? 0)
+            #expect(abs(swing - 6.02) < 1, "cycle \(cycle): the level swings by \(swing) dB")
+        }
+    }
 }

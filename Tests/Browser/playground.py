@@ -160,6 +160,20 @@ def controls(browser, url, _):
     a.page.select_option("#eq-preset", "bass boost")
     check(wait(lambda: a.page.evaluate("document.querySelector('#eq-bands input[data-band=\"0\"]').value") == "0.25", 3),
           "a preset moves the band sliders")
+    # The other filters: karaoke takes the centred 440 Hz tone down (it keeps a band around 220 Hz),
+    # keeping the equalizer; a filter out of range is refused in words; 'none' brings it back.
+    plain = wait(lambda: a.page.evaluate("tonearm.rms(0.5)"), 2)
+    a.page.select_option("#effect", "karaoke")
+    quieter = wait(lambda: (lambda r: r if r < plain * 0.5 else 0)(a.page.evaluate("tonearm.rms(0.5)")), 4)
+    check(quieter and quieter < plain * 0.5, f"karaoke takes the centre out: rms {plain:.3f} → {quieter or 0:.3f}")
+    check(a.page.evaluate("tonearm.state.filters.equalizer.length") > 0, "the equalizer stays with the effect")
+    a.page.fill("#filters-text", '{"vibrato": {"frequency": 15}}')
+    a.page.click("#filters-json button")
+    check(wait(lambda: "vibrato.frequency" in a.page.evaluate("tonearm.message"), 3), "an out-of-range filter is refused in words")
+    a.page.select_option("#effect", "none")
+    check(wait(lambda: "karaoke" not in a.page.evaluate("tonearm.state.filters"), 3), "'none' removes the effect")
+    back = wait(lambda: (lambda r: r if r > plain * 0.8 else 0)(a.page.evaluate("tonearm.rms(0.5)")), 4)
+    check(back and back > plain * 0.8, f"and the tone is as before: rms {back or 0:.3f}")
     # Seek in a file whose tone steps every second (400 + 40·k Hz in second k).
     play(a.page, "steps.mp3")
     check(hears(a.page, 400, 6), "steps.mp3 starts at 400 Hz")

@@ -34,6 +34,10 @@ import Testing
             try command("filters", #"{"equalizer":[{"band":8,"gain":0.25}]}"#)
                 == .filters(Filters(equalizer: [EqualizerBand(band: 8, gain: 0.25)])))
         #expect(try command("filters", "{}") == .filters(Filters()))
+        // Lavalink's other filters sit beside the equalizer; a field left out takes its default.
+        #expect(
+            try command("filters", #"{"tremolo":{"depth":0.8},"rotation":{"rotationHz":0.2},"lowPass":{}}"#)
+                == .filters(Filters(tremolo: Tremolo(depth: 0.8), rotation: Rotation(rotationHz: 0.2), lowPass: LowPass())))
         for (name, expected) in [
             ("clear", SessionCommand.clear), ("next", .next), ("previous", .previous), ("pause", .pause),
             ("resume", .resume), ("stop", .stop), ("shuffle", .shuffle),
@@ -61,6 +65,9 @@ import Testing
         #expect(refusal("filters", #"{"equalizer":{"band":3}}"#)?.code == "invalid_filters")
         #expect(refusal("filters", #"{"equalizer":[{"band":"low","gain":0}]}"#)?.code == "invalid_filters")
         #expect(refusal("filters", #"{"equalizer":[{"band":1e30,"gain":0}]}"#)?.code == "invalid_filters")
+        let notANumber = refusal("filters", #"{"karaoke":{"level":"all"}}"#)
+        #expect(notANumber?.code == "invalid_filters" && notANumber?.message.contains("karaoke") == true, "\(String(describing: notANumber))")
+        #expect(refusal("filters", #"{"vibrato":[]}"#)?.code == "invalid_filters")
         let unknown = refusal("dance", "")
         #expect(unknown?.status == .notFound && unknown?.code == "unknown_command")
         #expect(unknown?.message.contains("shuffle") == true)

@@ -11,16 +11,11 @@ struct Equalizer {
     static let q = 2.15
     private var sections: [Section] = []
 
-    /// What it was last set to: setting the same again (every frame does) changes nothing.
-    private var applied = Filters()
-
     /// Whether every band is flat (the equalizer then does nothing and costs nothing).
     var isFlat: Bool { sections.isEmpty }
 
     /// Sets each band's gain, keeping the state of bands that stay active (no click).
     mutating func set(_ filters: Filters, sampleRate: Double = 48_000) {
-        guard filters != applied else { return }
-        applied = filters
         var next: [Section] = []
         for (band, gain) in Self.decibels(filters).enumerated() where gain != 0 {
             var section = sections.first { $0.band == band } ?? Section(band: band)
@@ -85,8 +80,8 @@ struct Equalizer {
                 samples[i + 1] = Float(yr)
                 i += 2
             }
-            left = (l1, l2)
-            right = (r1, r2)
+            left = (l1.flushed, l2.flushed)
+            right = (r1.flushed, r2.flushed)
         }
     }
 }

@@ -25,7 +25,7 @@ final class Pipeline {
     private var pcm = [Float](repeating: 0, count: OpusEncoder.frameFloats)
     /// The gain the last frame ended on; the next frame ramps from here to the target.
     private var gain: Float = 1
-    private var equalizer = Equalizer()
+    private var filterChain = FilterChain()
 
     // Opus sources: the libopus decoder used while transcoding, and its pending samples.
     private var opusSource = false
@@ -112,7 +112,7 @@ final class Pipeline {
     /// The next 20 ms Opus packet at `volume` percent through `filters`.
     func nextPacket(volume: Int, filters: Filters = Filters()) throws -> Next<[UInt8]> {
         guard case .ready(let decoder) = stage else { return .pending }
-        equalizer.set(filters)
+        filterChain.set(filters)
         let target = Float(volume) / 100
         do {
             if opusSource {
@@ -146,7 +146,7 @@ final class Pipeline {
 
     private func nextFromOpusSource(_ decoder: MediaDecoder, target: Float) throws -> Next<[UInt8]> {
         while true {
-            if target == 1 && gain == 1 && opusFIFO.isEmpty && equalizer.isFlat {
+            if target == 1 && gain == 1 && opusFIFO.isEmpty && filterChain.isIdentity {
                 let packet: CompressedPacket
                 switch try nextSourcePacket(decoder) {
                 case .end: return .end
@@ -227,8 +227,8 @@ final class Pipeline {
     /// Applies the filters and the gain (ramping linearly over this frame to `target`) and
     /// encodes `pcm`.
     private func encodeFrame(target: Float) throws -> [UInt8] {
-        if !equalizer.isFlat {
-            pcm.withUnsafeMutableBufferPointer { equalizer.process($0) }
+        if !filterChain.isIdentity {
+            pcm.withUnsafeMutableBufferPointer { filterChain.process($0) }
         }
         if gain != 1 || target != 1 {
             let start = gain

@@ -14,8 +14,23 @@ enum CommandParsing {
         var position_ms: Int64?
         var volume: Int?
         var mode: String?
-        /// `filters`: Lavalink's equalizer shape, `[{"band": 0…14, "gain": -0.25…1}]`.
-        var equalizer: [EqualizerBand]?
+        /// `filters`: Lavalink v4's filter objects (`equalizer`, `karaoke`, `tremolo`, …) beside
+        /// the other arguments, read from the same JSON object.
+        var filters = Filters()
+
+        private enum CodingKeys: String, CodingKey { case url, index, position_ms, volume, mode }
+
+        init() {}
+
+        init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            url = try container.decodeIfPresent(String.self, forKey: .url)
+            index = try container.decodeIfPresent(Int.self, forKey: .index)
+            position_ms = try container.decodeIfPresent(Int64.self, forKey: .position_ms)
+            volume = try container.decodeIfPresent(Int.self, forKey: .volume)
+            mode = try container.decodeIfPresent(String.self, forKey: .mode)
+            filters = try Filters(from: decoder)
+        }
     }
 
     /// A WebSocket command: `op` names it, `id` (a number or string, optional) comes back in the reply.
@@ -57,7 +72,7 @@ enum CommandParsing {
             guard position >= 0 else { throw .badRequest("invalid_position", "position_ms must be 0 or more") }
             return .seek(positionMS: position)
         case "volume": return .volume(try required(json.volume, "volume"))
-        case "filters": return .filters(Filters(equalizer: json.equalizer ?? []))
+        case "filters": return .filters(json.filters)
         case "loop":
             guard let raw = json.mode, let mode = LoopMode(rawValue: raw) else {
                 throw .badRequest("invalid_loop_mode", "mode must be \"off\", \"track\" or \"queue\"")
@@ -78,9 +93,11 @@ enum CommandParsing {
         }
         do {
             return try JSONDecoder().decode(Arguments.self, from: data)
-        } catch let error as DecodingError where error.isInEqualizer {
+        } catch let error as DecodingError where error.filter == "equalizer" {
             throw .badRequest(
                 "invalid_filters", "equalizer is a list of {\"band\": 0 to 14, \"gain\": -0.25 to 1.0}: \(error.problem)")
+        } catch let error as DecodingError where error.filter != nil {
+            throw .badRequest("invalid_filters", "\(error.filter ?? "") is an object of numbers: \(error.problem)")
         } catch let DecodingError.typeMismatch(_, context) where !context.codingPath.isEmpty {
             let field = context.codingPath[0].stringValue
             throw .badRequest("invalid_\(field)", "\(field) has the wrong type: \(context.debugDescription)")
@@ -143,13 +160,13 @@ enum CommandParsing {
 }
 
 extension DecodingError {
-    /// Whether the error is inside the `equalizer` argument (its entries' fields included).
-    fileprivate var isInEqualizer: Bool {
+    /// The filter argument (`equalizer`, `karaoke`, …) the error is inside, if it is in one.
+    fileprivate var filter: String? {
         switch self {
         case .typeMismatch(_, let context), .valueNotFound(_, let context), .keyNotFound(_, let context),
             .dataCorrupted(let context):
-            context.codingPath.first?.stringValue == "equalizer"
-        @unknown default: false
+            context.codingPath.first.map(\.stringValue).flatMap { Filters.names.contains($0) ? $0 : nil }
+        @unknown default: nil
         }
     }
 

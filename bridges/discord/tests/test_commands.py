@@ -56,7 +56,12 @@ def test_every_command_against_the_router(cluster):
                 assert await commands.simple("shuffle") == "Shuffled what is coming up."
                 assert await commands.equalizer("bass boost") == "Equalizer: bass boost."
                 assert (await link.command("state"))["filters"]["equalizer"][0] == {"band": 0, "gain": 0.25}
+                assert await commands.effect("8D") == "Effect: 8D."
+                filters = (await link.command("state"))["filters"]
+                assert filters["rotation"] == {"rotationHz": 0.2} and filters["equalizer"][0]["gain"] == 0.25
                 assert await commands.equalizer("flat") == "Equalizer off."
+                assert (await link.command("state"))["filters"] == {"equalizer": [], "rotation": {"rotationHz": 0.2}}
+                assert await commands.effect("none") == "Effect off."
                 assert (await link.command("state"))["filters"] == {"equalizer": []}
 
                 playing = await commands.now_playing()

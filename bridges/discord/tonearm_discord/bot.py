@@ -18,7 +18,7 @@ import aiohttp
 import discord
 from discord import app_commands
 
-from .commands import EQUALIZER_PRESETS, Commands
+from .commands import EFFECT_PRESETS, EQUALIZER_PRESETS, Commands
 from .config import Config
 from .guild_player import GuildPlayer
 from .router_link import TonearmError, Unauthorized
@@ -221,6 +221,11 @@ def register_commands(bot: TonearmBot) -> None:
     @app_commands.choices(preset=[app_commands.Choice(name=p, value=p) for p in EQUALIZER_PRESETS])
     async def equalizer(interaction: discord.Interaction, preset: app_commands.Choice[str]) -> None:
         await answer(interaction, lambda: guild_commands(interaction).equalizer(preset.value))
+
+    @tree.command(description="An effect: 8D, karaoke, tremolo, vibrato, muffled, mono, or none (heard at once)")
+    @app_commands.choices(preset=[app_commands.Choice(name=p, value=p) for p in EFFECT_PRESETS])
+    async def effect(interaction: discord.Interaction, preset: app_commands.Choice[str]) -> None:
+        await answer(interaction, lambda: guild_commands(interaction).effect(preset.value))
 
     @tree.command(description="Loop off, this track, or the queue")
     @app_commands.choices(mode=[app_commands.Choice(name=m, value=m) for m in ("off", "track", "queue")])

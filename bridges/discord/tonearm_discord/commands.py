@@ -25,6 +25,18 @@ EQUALIZER_PRESETS: dict[str, list[dict[str, float]]] = {
     "soft": [{"band": b, "gain": g} for b, g in zip(range(10, 15), (-0.05, -0.1, -0.1, -0.15, -0.15))],
 }
 
+# The other Lavalink filters, one preset each (docs/engine-api.md#filters). An effect and an
+# equalizer preset combine: setting one keeps the other.
+EFFECT_PRESETS: dict[str, dict[str, Any]] = {
+    "none": {},
+    "8D": {"rotation": {"rotationHz": 0.2}},
+    "karaoke": {"karaoke": {"level": 1.0, "monoLevel": 1.0, "filterBand": 220.0, "filterWidth": 100.0}},
+    "tremolo": {"tremolo": {"frequency": 4.0, "depth": 0.5}},
+    "vibrato": {"vibrato": {"frequency": 4.0, "depth": 0.5}},
+    "muffled": {"lowPass": {"smoothing": 20.0}},
+    "mono": {"channelMix": {"leftToLeft": 0.5, "leftToRight": 0.5, "rightToLeft": 0.5, "rightToRight": 0.5}},
+}
+
 
 def looks_like_a_link(text: str) -> bool:
     """A URL, or a file name of the engine's media directory, rather than search words."""
@@ -146,8 +158,18 @@ class Commands:
         bands = EQUALIZER_PRESETS.get(preset)
         if bands is None:
             raise TonearmError("invalid_preset", f"the presets are {', '.join(EQUALIZER_PRESETS)}")
-        await self.link.command("filters", equalizer=bands)
+        filters = dict((await self.link.command("state")).get("filters") or {})
+        filters["equalizer"] = bands
+        await self.link.command("filters", **filters)
         return "Equalizer off." if not bands else f"Equalizer: {preset}."
+
+    async def effect(self, preset: str) -> str:
+        effect = EFFECT_PRESETS.get(preset)
+        if effect is None:
+            raise TonearmError("invalid_preset", f"the effects are {', '.join(EFFECT_PRESETS)}")
+        equalizer = ((await self.link.command("state")).get("filters") or {}).get("equalizer") or []
+        await self.link.command("filters", equalizer=equalizer, **effect)
+        return "Effect off." if not effect else f"Effect: {preset}."
 
     async def loop(self, mode: str) -> str:
         if mode not in LOOP_MODES:

@@ -73,14 +73,57 @@ $("eq-bands").replaceChildren(...BANDS.map((hz, band) => {
   const input = Object.assign(document.createElement("input"), { type: "range", min: -0.25, max: 1, step: 0.05, value: 0 });
   input.dataset.band = band;
   input.setAttribute("aria-label", `${hz < 1000 ? hz : hz / 1000 + "k"} Hz`);
-  input.onchange = () => run("filters", { equalizer: bandGains().filter((entry) => entry.gain !== 0) });
+  input.onchange = () => run("filters", { ...effects(), equalizer: bandGains().filter((entry) => entry.gain !== 0) });
   label.append(input, hz < 1000 ? String(hz) : `${hz / 1000}k`);
   return label;
 }));
 function bandGains() {
   return [...$("eq-bands").querySelectorAll("input")].map((input) => ({ band: Number(input.dataset.band), gain: Number(input.value) }));
 }
-$("eq-preset").onchange = () => run("filters", { equalizer: PRESETS[$("eq-preset").value] ?? [] });
+$("eq-preset").onchange = () => run("filters", { ...effects(), equalizer: PRESETS[$("eq-preset").value] ?? [] });
+
+// The other filters (Lavalink's shape, engine-api.md#filters): a preset each, or any JSON.
+const EFFECTS = {
+  "none": {},
+  "8D": { rotation: { rotationHz: 0.2 } },
+  "karaoke": { karaoke: { level: 1, monoLevel: 1, filterBand: 220, filterWidth: 100 } },
+  "tremolo": { tremolo: { frequency: 4, depth: 0.5 } },
+  "vibrato": { vibrato: { frequency: 4, depth: 0.5 } },
+  "muffled": { lowPass: { smoothing: 20 } },
+  "mono": { channelMix: { leftToLeft: 0.5, leftToRight: 0.5, rightToLeft: 0.5, rightToRight: 0.5 } },
+};
+/** The session's filters other than the equalizer. */
+function effects() {
+  const { equalizer, ...rest } = state.filters ?? {};
+  return rest;
+}
+/** JSON with keys in order, so two objects with the same fields compare equal. */
+function canonical(value) {
+  if (Array.isArray(value)) return `[${value.map(canonical).join(",")}]`;
+  if (value && typeof value === "object") {
+    return `{${Object.keys(value).sort().map((key) => `${JSON.stringify(key)}:${canonical(value[key])}`).join(",")}}`;
+  }
+  return JSON.stringify(value);
+}
+$("effect").onchange = () => run("filters", { equalizer: state.filters?.equalizer ?? [], ...EFFECTS[$("effect").value] });
+$("filters-json").onsubmit = (event) => {
+  event.preventDefault();
+  let filters;
+  try {
+    filters = JSON.parse($("filters-text").value);
+  } catch {
+    say("The filters are not JSON: write an object such as {\"tremolo\": {\"frequency\": 4, \"depth\": 0.5}}.");
+    return;
+  }
+  run("filters", filters);
+};
+function renderEffects() {
+  const current = canonical(effects());
+  if (document.activeElement !== $("effect")) {
+    $("effect").value = Object.keys(EFFECTS).find((name) => canonical(EFFECTS[name]) === current) ?? "custom";
+  }
+  if (document.activeElement !== $("filters-text")) $("filters-text").value = JSON.stringify(state.filters ?? {});
+}
 function renderEqualizer() {
   const gains = new Array(BANDS.length).fill(0);
   for (const { band, gain } of state.filters?.equalizer ?? []) if (band in gains) gains[band] = gain;
@@ -153,6 +196,7 @@ function render() {
   $("mute").setAttribute("aria-label", state.volume === 0 ? "Unmute" : "Mute");
   $("loop").value = state.loop;
   renderEqualizer();
+  renderEffects();
   renderQueue();
 }
 
