@@ -41,7 +41,7 @@ public struct FilterChain {
         } else {
             lowPass = nil
         }
-        tremolo = filters.tremolo.map { TremoloFilter(settings: $0, phase: tremolo?.phase ?? 0) }
+        tremolo = filters.tremolo.map { TremoloFilter(settings: $0, phasor: tremolo?.phasor ?? Phasor()) }
         if let settings = filters.vibrato {
             vibrato = vibrato ?? VibratoFilter()
             vibrato?.settings = settings
@@ -49,7 +49,7 @@ public struct FilterChain {
             vibrato = nil
         }
         if let settings = filters.rotation, settings.rotationHz > 0 {
-            rotation = RotationFilter(hertz: settings.rotationHz, phase: rotation?.phase ?? 0)
+            rotation = RotationFilter(hertz: settings.rotationHz, phasor: rotation?.phasor ?? Phasor())
         } else {
             rotation = nil
         }

@@ -1,28 +1,31 @@
 // The filters that move with time: tremolo (level), vibrato (pitch, through a delay line whose
-// length swings) and rotation (balance). Each oscillator's phase is in cycles, kept in 0..<1.
+// length swings) and rotation (balance). Each runs on a `Phasor`, kept across changes of its
+// settings so the swing continues where it was.
 import EngineAPI
 import Foundation
 
 /// The level falls by `depth` and comes back, `frequency` times a second.
 struct TremoloFilter {
     let settings: Tremolo
-    private(set) var phase: Double
+    private(set) var phasor: Phasor
 
-    init(settings: Tremolo, phase: Double) {
+    init(settings: Tremolo, phasor: Phasor) {
         self.settings = settings
-        self.phase = phase
+        self.phasor = phasor
     }
 
     mutating func process(_ samples: UnsafeMutableBufferPointer<Float>) {
-        let step = settings.frequency / sampleRate
+        let turn = Phasor.turn(hertz: settings.frequency)
+        let halfDepth = settings.depth / 2
         var i = 0
         while i + 1 < samples.count {
-            let gain = Float(1 - settings.depth * (1 - cos(2 * .pi * phase)) / 2)
+            let gain = Float(1 - halfDepth * (1 - phasor.cos))
             samples[i] *= gain
             samples[i + 1] *= gain
-            phase = (phase + step).truncatingRemainder(dividingBy: 1)
+            phasor.advance(turn)
             i += 2
         }
+        phasor.normalize()
     }
 }
 
@@ -33,12 +36,12 @@ struct VibratoFilter {
     /// A power of two above the longest delay and the interpolation's second sample.
     private static let capacity = 512
     var settings = Vibrato()
-    private var phase = 0.0
+    private var phasor = Phasor()
     private var line = [Float](repeating: 0, count: 2 * capacity)
     private var write = 0
 
     mutating func process(_ samples: UnsafeMutableBufferPointer<Float>) {
-        let step = settings.frequency / sampleRate
+        let turn = Phasor.turn(hertz: settings.frequency)
         let swing = Self.maxDelay * settings.depth
         let mask = Self.capacity - 1
         line.withUnsafeMutableBufferPointer { line in
@@ -46,7 +49,7 @@ struct VibratoFilter {
             while i + 1 < samples.count {
                 line[2 * write] = samples[i]
                 line[2 * write + 1] = samples[i + 1]
-                let delay = 1 + swing * (1 - cos(2 * .pi * phase)) / 2
+                let delay = 1 + swing * (1 - phasor.cos) / 2
                 let whole = Int(delay)
                 let fraction = Float(delay - Double(whole))
                 let newer = (write - whole) & mask
@@ -54,35 +57,61 @@ struct VibratoFilter {
                 samples[i] = line[2 * newer] + fraction * (line[2 * older] - line[2 * newer])
                 samples[i + 1] = line[2 * newer + 1] + fraction * (line[2 * older + 1] - line[2 * newer + 1])
                 write = (write + 1) & mask
-                phase = (phase + step).truncatingRemainder(dividingBy: 1)
+                phasor.advance(turn)
                 i += 2
             }
         }
+        phasor.normalize()
     }
 }
 
 /// The sound circles between the ears `hertz` times a second: a balance control swept by a sine
-/// (the nearer side at full level, the farther side fading to nothing at the extremes).
+/// (the nearer side at full level, the farther side fading linearly to nothing at the extremes).
 struct RotationFilter {
     let hertz: Double
-    private(set) var phase: Double
+    private(set) var phasor: Phasor
 
-    init(hertz: Double, phase: Double) {
+    init(hertz: Double, phasor: Phasor) {
         self.hertz = hertz
-        self.phase = phase
+        self.phasor = phasor
     }
 
     mutating func process(_ samples: UnsafeMutableBufferPointer<Float>) {
-        let step = hertz / sampleRate
+        let turn = Phasor.turn(hertz: hertz)
         var i = 0
         while i + 1 < samples.count {
-            // 0 (hard left) … π/2 (hard right); the centre, π/4, leaves both sides at full level.
-            let angle = (sin(2 * .pi * phase) + 1) * .pi / 4
-            samples[i] *= Float(min(1, 2.0.squareRoot() * cos(angle)))
-            samples[i + 1] *= Float(min(1, 2.0.squareRoot() * sin(angle)))
-            phase = (phase + step).truncatingRemainder(dividingBy: 1)
+            // −1 hard left … 1 hard right; at 0 both sides at full level.
+            let pan = Float(phasor.sin)
+            samples[i] *= min(1, 1 - pan)
+            samples[i + 1] *= min(1, 1 + pan)
+            phasor.advance(turn)
             i += 2
         }
+        phasor.normalize()
+    }
+}
+
+/// An oscillator as a unit vector (cos, sin of its phase) turned by a fixed angle each sample:
+/// two multiplies and an add per value instead of a trigonometric call.
+struct Phasor {
+    private(set) var cos = 1.0
+    private(set) var sin = 0.0
+
+    /// The turn of one sample at `hertz`.
+    static func turn(hertz: Double) -> (cos: Double, sin: Double) {
+        let angle = 2 * Double.pi * hertz / sampleRate
+        return (Foundation.cos(angle), Foundation.sin(angle))
+    }
+
+    mutating func advance(_ turn: (cos: Double, sin: Double)) {
+        (cos, sin) = (cos * turn.cos - sin * turn.sin, sin * turn.cos + cos * turn.sin)
+    }
+
+    /// Back to length 1 (rounding lengthens or shortens it by about 1e-16 a sample).
+    mutating func normalize() {
+        let length = (cos * cos + sin * sin).squareRoot()
+        cos /= length
+        sin /= length
     }
 }
 
