@@ -42,7 +42,19 @@ if [ -z "${DOCKER_HOST:-}" ] && [ ! -S /var/run/docker.sock ]; then
     echo "a stale podman API socket ($socket): starting the service again"
     rm -f "$socket"
   fi
-  "$OFFLINE_TOOL" api
+  # A service whose working directory is gone (started from a clone an earlier CI run has since
+  # deleted) answers but cannot start a container: conmon inherits the directory, cannot get it
+  # and exits, and compose reports "write child: broken pipe" (seen in CI on 2026-11-24). Stop
+  # such a service; start services from / so that their directory cannot go away.
+  for pid in $(pgrep -f "podman system service.*$socket" || true); do
+    if readlink "/proc/$pid/cwd" 2>/dev/null | grep -q ' (deleted)$'; then
+      echo "the podman API service (pid $pid) runs in a deleted directory: starting it again"
+      kill "$pid" 2>/dev/null || true
+      for _ in $(seq 50); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
+      rm -f "$socket"
+    fi
+  done
+  (cd / && "$OFFLINE_TOOL" api)
   for _ in $(seq 100); do answers && break; sleep 0.1; done
   answers || { echo "the podman API on $socket does not answer; see $(dirname "$socket")/api.log"; exit 1; }
   podman_mode=1
