@@ -46,6 +46,15 @@ public struct Filters: Sendable, Equatable, Codable {
         "equalizer", "karaoke", "tremolo", "vibrato", "rotation", "distortion", "channelMix", "lowPass",
     ]
 
+    /// The names of the filters other than the equalizer that are set (for logs).
+    public var othersSet: [String] {
+        [
+            ("karaoke", karaoke != nil), ("tremolo", tremolo != nil), ("vibrato", vibrato != nil),
+            ("rotation", rotation != nil), ("distortion", distortion != nil), ("channelMix", channelMix != nil),
+            ("lowPass", lowPass != nil),
+        ].compactMap { $0.1 ? $0.0 : nil }
+    }
+
     /// Whether the filters leave the sound as it is.
     public var isEmpty: Bool {
         equalizer.allSatisfy { $0.gain == 0 } && (karaoke?.level ?? 0) == 0 && tremolo == nil && vibrato == nil

@@ -42,7 +42,8 @@ public enum SessionControl: Sendable, Equatable, CustomStringConvertible {
             case .seek(let positionMS, let playID):
                 (playID.map { [("play_id", "\($0)")] } ?? []) + [("position_ms", "\(positionMS)")]
             case .volume(let volume): [("volume", "\(volume)")]
-            case .filters(let filters): filters.equalizer.map { ("equalizer", "\($0.band):\($0.gain)") }
+            case .filters(let filters):
+                filters.equalizer.map { ("equalizer", "\($0.band):\($0.gain)") } + filters.othersSet.map { ("filter", $0) }
             }
         return ([name] + fields.map { "\($0.0)=\($0.1)" }).joined(separator: " ")
     }

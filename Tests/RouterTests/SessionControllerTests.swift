@@ -300,6 +300,9 @@ final class ScriptedEngine: EngineControl {
         }
         #expect(refused?.code == "invalid_filters" && refused?.status == .badRequest)
         #expect(await controller.state.filters == boost)
+        // Every filter set shows in the control's log line, not only the equalizer.
+        try await controller.perform(.filters(Filters(equalizer: boost.equalizer, karaoke: Karaoke(), rotation: Rotation(rotationHz: 0.2))))
+        #expect(engine.calls.last == "filters equalizer=8:0.25 filter=karaoke filter=rotation")
     }
 
     @Test func pauseAndSeekNeedSomethingPlaying() async throws {

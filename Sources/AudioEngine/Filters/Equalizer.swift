@@ -15,7 +15,7 @@ struct Equalizer {
     var isFlat: Bool { sections.isEmpty }
 
     /// Sets each band's gain, keeping the state of bands that stay active (no click).
-    mutating func set(_ filters: Filters, sampleRate: Double = 48_000) {
+    mutating func set(_ filters: Filters, sampleRate: Double = FilterChain.sampleRate) {
         var next: [Section] = []
         for (band, gain) in Self.decibels(filters).enumerated() where gain != 0 {
             var section = sections.first { $0.band == band } ?? Section(band: band)

@@ -7,6 +7,9 @@ import EngineAPI
 import Foundation
 
 public struct FilterChain {
+    /// The one rate every filter runs at: the encoder's.
+    static let sampleRate = Double(OpusEncoder.sampleRate)
+
     /// What it was last set to: setting the same again (every frame does) changes nothing.
     private var applied = Filters()
     private var equalizer = Equalizer()
@@ -55,7 +58,7 @@ public struct FilterChain {
         }
     }
 
-    /// Filters interleaved stereo samples in place.
+    /// Filters interleaved stereo samples in place; returns at once when the chain is the identity.
     public mutating func process(_ samples: UnsafeMutableBufferPointer<Float>) {
         guard !applied.isEmpty else { return }
         if !equalizer.isFlat { equalizer.process(samples) }

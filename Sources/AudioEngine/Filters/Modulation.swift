@@ -32,7 +32,7 @@ struct TremoloFilter {
 /// Pitch vibrato: each channel is read from a delay line whose delay swings between 1 sample and
 /// `depth` × 4 ms, `frequency` times a second (the swing's rate of change is the pitch change).
 struct VibratoFilter {
-    static let maxDelay = 0.004 * sampleRate
+    static let maxDelay = 0.004 * FilterChain.sampleRate
     /// A power of two above the longest delay and the interpolation's second sample.
     private static let capacity = 512
     var settings = Vibrato()
@@ -99,7 +99,7 @@ struct Phasor {
 
     /// The turn of one sample at `hertz`.
     static func turn(hertz: Double) -> (cos: Double, sin: Double) {
-        let angle = 2 * Double.pi * hertz / sampleRate
+        let angle = 2 * Double.pi * hertz / FilterChain.sampleRate
         return (Foundation.cos(angle), Foundation.sin(angle))
     }
 
@@ -114,6 +114,3 @@ struct Phasor {
         sin /= length
     }
 }
-
-/// The pipeline's one rate: 48 kHz.
-let sampleRate = 48_000.0

@@ -15,7 +15,7 @@ struct KaraokeFilter {
     mutating func set(_ settings: Karaoke) {
         level = Float(settings.level)
         monoLevel = Float(settings.monoLevel)
-        let omega = 2 * Double.pi * min(settings.filterBand, sampleRate * 0.45) / sampleRate
+        let omega = 2 * Double.pi * min(settings.filterBand, FilterChain.sampleRate * 0.45) / FilterChain.sampleRate
         let q = settings.filterBand / settings.filterWidth
         let alpha = sin(omega) / (2 * q)
         let a0 = 1 + alpha

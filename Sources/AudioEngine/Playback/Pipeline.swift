@@ -227,9 +227,7 @@ final class Pipeline {
     /// Applies the filters and the gain (ramping linearly over this frame to `target`) and
     /// encodes `pcm`.
     private func encodeFrame(target: Float) throws -> [UInt8] {
-        if !filterChain.isIdentity {
-            pcm.withUnsafeMutableBufferPointer { filterChain.process($0) }
-        }
+        pcm.withUnsafeMutableBufferPointer { filterChain.process($0) }
         if gain != 1 || target != 1 {
             let start = gain
             let step = (target - start) / Float(OpusEncoder.samplesPerFrame)
