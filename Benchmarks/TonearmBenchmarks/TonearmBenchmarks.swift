@@ -79,23 +79,20 @@ let benchmarks: @Sendable () -> Void = {
             channelMix: ChannelMix(leftToRight: 0.2), lowPass: LowPass())),
     ]
     for (name, filters) in filterCases {
-        Benchmark("filters: one 20 ms stereo frame through \(name)", configuration: perFrame) { benchmark in
+        frameBenchmark("filters: one 20 ms stereo frame through \(name)", configuration: perFrame) {
             var chain = FilterChain()
             chain.set(filters)
-            let music = MusicLikePCM(seconds: 1)
-            var frame = [Float](repeating: 0, count: 1_920)
-            var index = 0
-            benchmark.startMeasurement()
-            for _ in benchmark.scaledIterations {
-                music.frame(index) { pcm in
-                    frame.withUnsafeMutableBufferPointer { out in
-                        _ = out.initialize(from: pcm)
-                        chain.process(out)
-                    }
-                }
-                blackHole(frame[0])
-                index += 1
-            }
+            return { chain.process($0) }
+        }
+    }
+
+    // Loudness normalisation's cost per frame (docs/benchmarks.md: loudness): measuring, the gain
+    // and the limiter at the default target (the music is about −10 LUFS: lowered, the limiter
+    // idle), and at −5 LUFS (raised about 5 dB: the limiter working on every peak).
+    for (name, target) in [("to -14 LUFS (limiter idle)", -14.0), ("to -5 LUFS (limiter working)", -5.0)] {
+        frameBenchmark("loudness: one 20 ms stereo frame normalised \(name)", configuration: perFrame) {
+            var normalizer = LoudnessNormalizer(target: target, taggedLoudness: nil)
+            return { normalizer.process($0) }
         }
     }
 
@@ -142,6 +139,31 @@ let benchmarks: @Sendable () -> Void = {
 }
 
 /// A second of music-like audio (a chord with vibrato and noise), 50 frames of interleaved floats.
+/// A benchmark of one in-place step over 20 ms frames of music-like stereo PCM; `make` builds the
+/// step (with its state) outside the measurement.
+func frameBenchmark(
+    _ name: String, configuration: Benchmark.Configuration,
+    _ make: @escaping @Sendable () -> (UnsafeMutableBufferPointer<Float>) -> Void
+) {
+    Benchmark(name, configuration: configuration) { benchmark in
+        let step = make()
+        let music = MusicLikePCM(seconds: 1)
+        var frame = [Float](repeating: 0, count: OpusEncoder.frameFloats)
+        var index = 0
+        benchmark.startMeasurement()
+        for _ in benchmark.scaledIterations {
+            music.frame(index) { pcm in
+                frame.withUnsafeMutableBufferPointer { out in
+                    _ = out.initialize(from: pcm)
+                    step(out)
+                }
+            }
+            blackHole(frame[0])
+            index += 1
+        }
+    }
+}
+
 struct MusicLikePCM: Sendable {
     let samples: [Float]
 

@@ -58,6 +58,17 @@ package struct EngineConfiguration: Sendable {
         if let value = environment["TONEARM_ENCODE_LEAD_FRAMES"] {
             playback.leadFrames = try Self.int(value, "TONEARM_ENCODE_LEAD_FRAMES", 1...50)
         }
+        if let value = environment["TONEARM_NORMALIZE"] {
+            playback.normalizeByDefault = try Self.bool(value, "TONEARM_NORMALIZE")
+        }
+        if let value = environment["TONEARM_LOUDNESS_TARGET"] {
+            let range = LoudnessNormalizer.targetRange
+            guard let target = Double(value), range.contains(target) else {
+                throw ConfigurationError(
+                    message: "TONEARM_LOUDNESS_TARGET=\(value) is not a loudness in LUFS from \(Int(range.lowerBound)) to \(Int(range.upperBound))")
+            }
+            playback.loudnessTarget = target
+        }
         if let value = environment["TONEARM_ALLOW_PRIVATE_SOURCES"] {
             allowPrivateSources = try Self.bool(value, "TONEARM_ALLOW_PRIVATE_SOURCES")
         }
@@ -83,11 +94,8 @@ package struct EngineConfiguration: Sendable {
     }
 
     static func bool(_ text: String, _ name: String) throws -> Bool {
-        switch text.lowercased() {
-        case "1", "true", "yes", "on": return true
-        case "0", "false", "no", "off", "": return false
-        default: throw ConfigurationError(message: "\(name)=\(text) is not a boolean (1/0, true/false, yes/no, on/off)")
-        }
+        guard let value = SettingText.bool(text) else { throw ConfigurationError(message: SettingText.notABool(name, text)) }
+        return value
     }
 
     static func int(_ text: String, _ name: String, _ range: ClosedRange<Int>) throws -> Int {

@@ -11,16 +11,20 @@ public struct PlayRequest: Sendable, Equatable, Codable {
     public var volume: Int?
     /// The session's filters from this play on (as they were when absent).
     public var filters: Filters?
+    /// Loudness normalisation from this play on (as it was when absent; on for a new session
+    /// unless the engine is configured otherwise).
+    public var normalize: Bool?
 
-    public init(url: String?, startMS: Int64? = nil, volume: Int? = nil, filters: Filters? = nil) {
+    public init(url: String?, startMS: Int64? = nil, volume: Int? = nil, filters: Filters? = nil, normalize: Bool? = nil) {
         self.url = url
         self.startMS = startMS
         self.volume = volume
         self.filters = filters
+        self.normalize = normalize
     }
 
     enum CodingKeys: String, CodingKey {
-        case url, volume, filters
+        case url, volume, filters, normalize
         case startMS = "start_ms"
     }
 }

@@ -1,5 +1,6 @@
 // The controls of a session's current play, as the Router sends them: `POST /session/{id}/<name>`
-// with the body the engine's route decodes (`PlayTarget`, `SeekRequest`, `VolumeRequest`, `Filters`).
+// with the body the engine's route decodes (`PlayTarget`, `SeekRequest`, `VolumeRequest`, `Filters`,
+// `NormalizeRequest`).
 
 /// One control of an engine session.
 public enum SessionControl: Sendable, Equatable, CustomStringConvertible {
@@ -9,6 +10,7 @@ public enum SessionControl: Sendable, Equatable, CustomStringConvertible {
     case seek(positionMS: Int64, playID: UInt64?)
     case volume(Int)
     case filters(Filters)
+    case normalize(Bool)
 
     /// The last path segment of the control's route.
     public var name: String {
@@ -19,6 +21,7 @@ public enum SessionControl: Sendable, Equatable, CustomStringConvertible {
         case .seek: "seek"
         case .volume: "volume"
         case .filters: "filters"
+        case .normalize: "normalize"
         }
     }
 
@@ -30,6 +33,7 @@ public enum SessionControl: Sendable, Equatable, CustomStringConvertible {
         case .seek(let positionMS, let playID): SeekRequest(positionMS: positionMS, playID: playID)
         case .volume(let volume): VolumeRequest(volume: volume)
         case .filters(let filters): filters
+        case .normalize(let enabled): NormalizeRequest(enabled: enabled)
         }
     }
 
@@ -44,6 +48,7 @@ public enum SessionControl: Sendable, Equatable, CustomStringConvertible {
             case .volume(let volume): [("volume", "\(volume)")]
             case .filters(let filters):
                 filters.equalizer.map { ("equalizer", "\($0.band):\($0.gain)") } + filters.othersSet.map { ("filter", $0) }
+            case .normalize(let enabled): [("enabled", "\(enabled)")]
             }
         return ([name] + fields.map { "\($0.0)=\($0.1)" }).joined(separator: " ")
     }

@@ -16,11 +16,14 @@ public struct SessionInfo: Sendable, Equatable, Codable {
     public var frames: FrameCounters
     /// The session's filters; absent when it has none.
     public var filters: Filters?
+    /// Whether the session's tracks are brought to the engine's target loudness.
+    public var normalize: Bool
 
     public init(
         sessionID: SessionID, state: SessionState, playID: UInt64? = nil, url: String? = nil, title: String? = nil,
         thumbnail: String? = nil, durationMS: Int64? = nil, positionMS: Int64 = 0, volume: Int = 100,
-        passthrough: Bool = false, frames: FrameCounters = FrameCounters(), filters: Filters? = nil
+        passthrough: Bool = false, frames: FrameCounters = FrameCounters(), filters: Filters? = nil,
+        normalize: Bool = false
     ) {
         self.sessionID = sessionID
         self.state = state
@@ -34,10 +37,11 @@ public struct SessionInfo: Sendable, Equatable, Codable {
         self.passthrough = passthrough
         self.frames = frames
         self.filters = filters
+        self.normalize = normalize
     }
 
     enum CodingKeys: String, CodingKey {
-        case state, url, title, thumbnail, volume, passthrough, frames, filters
+        case state, url, title, thumbnail, volume, passthrough, frames, filters, normalize
         case sessionID = "session_id"
         case playID = "play_id"
         case durationMS = "duration_ms"

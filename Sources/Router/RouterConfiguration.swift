@@ -38,6 +38,8 @@ package struct RouterConfiguration: Sendable {
     /// HTTPS: a PEM certificate chain (leaf first) and its PEM private key. Both or neither.
     package var tlsCertificatePath: String?
     package var tlsKeyPath: String?
+    /// Whether a new session's tracks are brought to the engine's target loudness.
+    var normalizeByDefault = true
 
     init() {}
 
@@ -80,6 +82,12 @@ package struct RouterConfiguration: Sendable {
         }
         if let value = environment["TONEARM_TOKEN_SECRET"], !value.isEmpty { tokenSecret = value }
         if let value = environment["TONEARM_BOT_TOKEN"], !value.isEmpty { botToken = value }
+        if let value = environment["TONEARM_NORMALIZE"] {
+            guard let normalize = SettingText.bool(value) else {
+                throw RouterConfigurationError(message: SettingText.notABool("TONEARM_NORMALIZE", value))
+            }
+            normalizeByDefault = normalize
+        }
         if let value = environment["TONEARM_TLS_CERT"], !value.isEmpty { tlsCertificatePath = value }
         if let value = environment["TONEARM_TLS_KEY"], !value.isEmpty { tlsKeyPath = value }
         if (tlsCertificatePath == nil) != (tlsKeyPath == nil) {

@@ -18,7 +18,7 @@ package enum RouterService {
         let writer = PersistenceWriter(database: database, logger: logger)
         let directory = SessionDirectory(
             store: store, engine: engine, database: database, writer: writer, logger: logger,
-            browserPlays: configuration.browserPlays)
+            browserPlays: configuration.browserPlays, normalizeByDefault: configuration.normalizeByDefault)
         await directory.restore()
         let (events, eventSink) = AsyncStream<WireEvent>.makeStream()
         store.forwardEvents(to: eventSink)

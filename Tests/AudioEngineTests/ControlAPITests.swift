@@ -173,6 +173,31 @@ import WireProtocol
                 #expect(response.status == .ok)
                 #expect(!String(buffer: response.body).contains("filters"))
             }
+            // Loudness normalisation: on for a new session, off when asked, refused without a boolean.
+            try await client.execute(uri: "/session/x", method: .get) { response in
+                let info = try JSONDecoder().decode(SessionInfo.self, from: Data(response.body.readableBytesView))
+                #expect(info.normalize)
+            }
+            for (body, code) in [("{}", "invalid_normalize"), (#"{"enabled":"no"}"#, "invalid_json")] {
+                try await client.execute(uri: "/session/x/normalize", method: .post, body: ByteBuffer(string: body)) {
+                    response in
+                    #expect(response.status == .badRequest)
+                    let error = try ControlAPITests.error(response)
+                    #expect(error.code == code, "\(body): \(error.message)")
+                }
+            }
+            try await client.execute(uri: "/session/x/normalize", method: .post, body: ByteBuffer(string: #"{"enabled":false}"#)) {
+                response in
+                let info = try JSONDecoder().decode(SessionInfo.self, from: Data(response.body.readableBytesView))
+                #expect(!info.normalize)
+            }
+            try await client.execute(
+                uri: "/session/y/play", method: .post, body: ByteBuffer(string: #"{"url":"tone-440.mp3","normalize":false}"#)
+            ) { #expect($0.status == .accepted) }
+            try await client.execute(uri: "/session/y", method: .get) { response in
+                let info = try JSONDecoder().decode(SessionInfo.self, from: Data(response.body.readableBytesView))
+                #expect(!info.normalize)
+            }
             try await client.execute(uri: "/session/nobody/filters", method: .post, body: ByteBuffer(string: "{}")) {
                 #expect($0.status == .notFound)
             }

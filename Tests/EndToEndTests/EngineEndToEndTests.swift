@@ -111,7 +111,8 @@ func milliseconds(_ duration: Duration) -> Double {
         let socket = try await harness.start()
         defer { Task { await harness.stop() } }
         let s = "pass"
-        #expect(try await harness.post("/session/\(s)/play", #"{"url":"chord.webm"}"#).status == 202)
+        // Loudness normalisation (on for a new session) would decode it: off here, then on below.
+        #expect(try await harness.post("/session/\(s)/play", #"{"url":"chord.webm","normalize":false}"#).status == 202)
         #expect(await eventually(timeout: .seconds(10)) { socket.packets(s).count >= 100 })
         let ready = try #require(socket.firstEvent(s, .ready))
         #expect(ready.event.passthrough == true)
@@ -134,7 +135,17 @@ func milliseconds(_ duration: Duration) -> Double {
         let recent = socket.packets(s, from: back).map(\.data).suffix(10)
         let start = try #require(sourcePackets.firstIndex(of: recent.first!), "packets after 100 % are not the source's")
         #expect(Array(sourcePackets[start..<(start + recent.count)]) == Array(recent))
-        // No gap through both switches: every 20 ms a packet, nothing missing.
+        // Normalisation on: the chord (about −9.5 LUFS) is decoded and brought down towards −14;
+        // off again: the gain glides back and the source's own packets go out once more.
+        #expect(try await harness.post("/session/\(s)/normalize", #"{"enabled":true}"#).status == 200)
+        try await Task.sleep(for: .milliseconds(1_000))
+        #expect(try await harness.get("/session/\(s)").json["passthrough"] as? Bool == false)
+        let normalised = try Signal.levels(socket.packets(s).map(\.data)).suffix(15).reduce(0, +) / 15
+        #expect(normalised < baseline - 3, "normalised: \(baseline) → \(normalised) dB")
+        #expect(try await harness.post("/session/\(s)/normalize", #"{"enabled":false}"#).status == 200)
+        try await Task.sleep(for: .milliseconds(1_000))
+        #expect(try await harness.get("/session/\(s)").json["passthrough"] as? Bool == true)
+        // No gap through every switch: every 20 ms a packet, nothing missing.
         let all = socket.packets(s)
         let gaps = zip(all.dropFirst(), all).map { milliseconds($0.at - $1.at) }
         #expect(gaps.max() ?? 0 < 100, "a gap of \(gaps.max() ?? 0) ms")

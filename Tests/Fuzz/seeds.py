@@ -43,7 +43,8 @@ commands = [
     {"op": "play", "url": "tone-440.mp3", "id": 1}, {"op": "queue", "url": "https://example.com/a.ogg", "id": "q"},
     {"op": "remove", "index": 0}, {"op": "jump", "index": 2}, {"op": "next"}, {"op": "previous"},
     {"op": "pause"}, {"op": "resume"}, {"op": "stop"}, {"op": "seek", "position_ms": 90000},
-    {"op": "volume", "volume": 150}, {"op": "loop", "mode": "queue"}, {"op": "shuffle"}, {"op": "clear"},
+    {"op": "volume", "volume": 150}, {"op": "normalize", "enabled": False}, {"op": "loop", "mode": "queue"},
+    {"op": "shuffle"}, {"op": "clear"},
     {"op": "state", "id": 9}, {"op": "seek", "position_ms": -1}, {"op": "jump", "index": 9223372036854775807},
     {"op": "volume", "volume": "loud"}, {"op": "nope"},
 ]

@@ -30,6 +30,8 @@ import Testing
         #expect(try command("seek", #"{"position_ms":1500}"#) == .seek(positionMS: 1500))
         #expect(try command("volume", #"{"volume":40}"#) == .volume(40))
         #expect(try command("loop", #"{"mode":"queue"}"#) == .loop(.queue))
+        #expect(try command("normalize", #"{"enabled":false}"#) == .normalize(false))
+        #expect(try command("normalize", #"{"enabled":true}"#) == .normalize(true))
         #expect(
             try command("filters", #"{"equalizer":[{"band":8,"gain":0.25}]}"#)
                 == .filters(Filters(equalizer: [EqualizerBand(band: 8, gain: 0.25)])))
@@ -45,7 +47,7 @@ import Testing
             #expect(try command(name, "") == expected)
             #expect(try command(name, #"{"ignored":true}"#) == expected)
         }
-        #expect(Set(CommandParsing.names).count == 15)
+        #expect(Set(CommandParsing.names).count == 16)
     }
 
     @Test func refusalsNameTheField() {
@@ -58,6 +60,8 @@ import Testing
         #expect(refusal("seek", #"{"position_ms":-1}"#)?.code == "invalid_position")
         #expect(refusal("loop", #"{"mode":"sometimes"}"#)?.code == "invalid_loop_mode")
         #expect(refusal("volume", "[1]")?.code == "invalid_json")
+        #expect(refusal("normalize", "{}")?.code == "missing_enabled")
+        #expect(refusal("normalize", #"{"enabled":"yes"}"#)?.code == "invalid_enabled")
         #expect(refusal("volume", "not json")?.code == "invalid_json")
         // Filters: an entry without a field, a wrong type, a number no field holds — all in words.
         let noGain = refusal("filters", #"{"equalizer":[{"band":3}]}"#)

@@ -50,12 +50,15 @@ final class ScriptedEngine: EngineControl {
         while state.withLock({ $0.gates[url] == nil }) { try? await Task.sleep(for: .milliseconds(2)) }
     }
 
-    func play(_ id: SessionID, url: String, startMS: Int64?, volume: Int, filters: Filters) async throws(APIError) -> UInt64 {
+    func play(
+        _ id: SessionID, url: String, startMS: Int64?, volume: Int, filters: Filters, normalize: Bool
+    ) async throws(APIError) -> UInt64 {
         await gate("play:" + url)
         return try state.withLock { state throws(APIError) -> UInt64 in
             state.calls.append(
                 "play \(url)" + (startMS.map { " from \($0)" } ?? "")
-                    + (filters.isEmpty ? "" : " " + SessionControl.filters(filters).description))
+                    + (filters.isEmpty ? "" : " " + SessionControl.filters(filters).description)
+                    + (normalize ? "" : " unnormalized"))
             if state.refuse.contains(url) {
                 throw APIError(status: .unprocessableContent, code: "source_not_found", message: "no such file")
             }
@@ -303,6 +306,23 @@ final class ScriptedEngine: EngineControl {
         // Every filter set shows in the control's log line, not only the equalizer.
         try await controller.perform(.filters(Filters(equalizer: boost.equalizer, karaoke: Karaoke(), rotation: Rotation(rotationHz: 0.2))))
         #expect(engine.calls.last == "filters equalizer=8:0.25 filter=karaoke filter=rotation")
+    }
+
+    /// Normalisation is on for a new session; turned off it reaches the play in progress at once
+    /// and every later play, and it is persisted.
+    @Test func normalizationIsOnUntilTurnedOffAndStaysOff() async throws {
+        let engine = ScriptedEngine()
+        let (controller, persisted) = controller(engine)
+        #expect(await controller.state.normalize)
+        try await controller.perform(.play(url: "a.mp3"))
+        #expect(engine.plays.last == "play a.mp3")
+        await controller.handle(ready(1))
+        try await controller.perform(.normalize(false))
+        #expect(engine.calls.last == "normalize enabled=false")
+        #expect(persisted.last?.normalize == false)
+        #expect(await controller.state.normalize == false)
+        try await controller.perform(.play(url: "b.mp3"))
+        #expect(engine.plays.last == "play b.mp3 unnormalized")
     }
 
     @Test func pauseAndSeekNeedSomethingPlaying() async throws {

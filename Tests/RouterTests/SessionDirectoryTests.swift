@@ -39,6 +39,20 @@ import WireProtocol
         #expect(await directory.existing(id) == nil)
     }
 
+    /// TONEARM_NORMALIZE decides a new session's loudness normalisation; a stored session keeps its own.
+    @Test func aNewSessionTakesTheConfiguredNormalization() async throws {
+        #expect(try RouterConfiguration(environment: [:]).normalizeByDefault)
+        #expect(try RouterConfiguration(environment: ["TONEARM_NORMALIZE": "0"]).normalizeByDefault == false)
+        #expect(throws: RouterConfigurationError.self) { try RouterConfiguration(environment: ["TONEARM_NORMALIZE": "maybe"]) }
+        let off = SessionDirectory(
+            store: SessionStore(), engine: ScriptedEngine(), database: nil, writer: nil, logger: Logger(label: "test"),
+            normalizeByDefault: false)
+        #expect(await off.controller(for: try SessionID("new")).state.normalize == false)
+        let on = SessionDirectory(
+            store: SessionStore(), engine: ScriptedEngine(), database: nil, writer: nil, logger: Logger(label: "test"))
+        #expect(await on.controller(for: try SessionID("new")).state.normalize)
+    }
+
     func directory(
         engine: ScriptedEngine = ScriptedEngine(), store: SessionStore = SessionStore(), database: SessionDatabase? = nil,
         browserPlays: Int? = nil

@@ -45,6 +45,13 @@ public enum MediaFixture {
         return try Data(contentsOf: URL(fileURLWithPath: pcm)).withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
     }
 
+    /// Decodes `file` with the ffmpeg command line to 48 kHz interleaved stereo float samples.
+    public static func decodeStereo(_ file: String) throws -> [Float] {
+        let pcm = file + ".stereo.f32"
+        try ffmpeg(["-i", file, "-f", "f32le", "-ac", "2", "-ar", "48000", pcm])
+        return try Data(contentsOf: URL(fileURLWithPath: pcm)).withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
+    }
+
     /// Runs the ffmpeg command line quietly, failing on a non-zero exit.
     public static func ffmpeg(_ arguments: [String]) throws {
         try runTool("ffmpeg", ["-nostdin", "-hide_banner", "-loglevel", "error", "-y"] + arguments)

@@ -3,6 +3,7 @@
 // turns the packets into samples; for a network source the two run on different threads
 // (`SourceDemuxThread`), so what they share is copied out here (`AudioStream`).
 import CFFmpeg
+import Foundation
 
 /// What the container says about a source.
 public struct MediaInfo: Sendable, Equatable {
@@ -13,6 +14,8 @@ public struct MediaInfo: Sendable, Equatable {
     public var channels: Int
     /// Opus at 48 kHz in stereo: its packets may go out untouched.
     public var isOpusStereo48k: Bool
+    /// The track's loudness in LUFS as its ReplayGain or R128 tag gives it, if it has one.
+    public var taggedLoudness: Double? = nil
 }
 
 /// The audio stream's codec parameters and time base, owned apart from the demuxer.
@@ -158,7 +161,8 @@ final class MediaDemuxer: PacketSource {
             codec: String(cString: avcodec_get_name(parameters.codec_id)),
             sampleRate: Int(parameters.sample_rate),
             channels: channels,
-            isOpusStereo48k: parameters.codec_id == AV_CODEC_ID_OPUS && parameters.sample_rate == 48_000 && channels == 2)
+            isOpusStereo48k: parameters.codec_id == AV_CODEC_ID_OPUS && parameters.sample_rate == 48_000 && channels == 2,
+            taggedLoudness: Self.taggedLoudness { Self.metadata($0, found.pointee.metadata) ?? Self.metadata($0, format.pointee.metadata) })
         // (A throw from here on runs deinit, which closes the format.)
         guard (0...Self.maxChannels).contains(info.channels), (0...Self.maxSampleRate).contains(info.sampleRate) else {
             throw MediaError(
@@ -203,6 +207,22 @@ final class MediaDemuxer: PacketSource {
             audio += 1
         }
         return audio > 0
+    }
+
+    /// The loudness a track's tags state: R128_TRACK_GAIN (Opus; a Q7.8 gain to −23 LUFS) or
+    /// REPLAYGAIN_TRACK_GAIN ("-6.5 dB", a gain to 89 dB SPL, taken as −18 LUFS). The text is the
+    /// source's, so anything that is not a plain number within ±60 dB is ignored.
+    static func taggedLoudness(_ tag: (String) -> String?) -> Double? {
+        if let text = tag("R128_TRACK_GAIN"), let q78 = Int(text.trimmingCharacters(in: .whitespaces)),
+            abs(q78) <= 60 * 256
+        {
+            return -23 - Double(q78) / 256
+        }
+        if var text = tag("REPLAYGAIN_TRACK_GAIN")?.trimmingCharacters(in: .whitespaces) {
+            if text.lowercased().hasSuffix("db") { text = String(text.dropLast(2)).trimmingCharacters(in: .whitespaces) }
+            if let gain = Double(text), gain.isFinite, abs(gain) <= 60 { return -18 - gain }
+        }
+        return nil
     }
 
     private static func metadata(_ key: String, _ dictionary: OpaquePointer?) -> String? {

@@ -19,7 +19,8 @@ extension ControlAPI {
                     "missing_url", "the body needs \"url\": an http(s) URL or a file name inside the media directory")
             }
             let started = try manager.play(
-                sessionID: id, url: url, startMS: body.startMS ?? 0, volume: body.volume, filters: body.filters)
+                sessionID: id, url: url, startMS: body.startMS ?? 0, volume: body.volume, filters: body.filters,
+                normalize: body.normalize)
             return EditedResponse(status: .accepted, response: started)
         }
         router.post("/session/:id/stop") { _, context -> StopResult in
@@ -47,6 +48,13 @@ extension ControlAPI {
             let id = try Self.sessionID(context)
             let filters = try await Self.decode(Filters.self, request, context)
             return try manager.setFilters(sessionID: id, filters: filters)
+        }
+        router.post("/session/:id/normalize") { request, context -> SessionInfo in
+            let id = try Self.sessionID(context)
+            guard let enabled = try await Self.decode(NormalizeRequest.self, request, context).enabled else {
+                throw APIError.badRequest("invalid_normalize", "the body needs \"enabled\": true or false")
+            }
+            return try manager.setNormalize(sessionID: id, enabled: enabled)
         }
         router.post("/session/:id/seek") { request, context -> SessionInfo in
             let id = try Self.sessionID(context)

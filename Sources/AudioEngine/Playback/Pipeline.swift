@@ -1,13 +1,14 @@
 // Source → Opus packets for one play, on worker threads only. A source that is already Opus at
-// 48 kHz stereo in single 20 ms frames goes out untouched while the volume is 100 % and no filter
-// is set; any other volume, filter (or source) is decoded, resampled, filtered, scaled with a
-// ramp and encoded.
+// 48 kHz stereo in single 20 ms frames goes out untouched while the volume is 100 %, no filter is
+// set and loudness normalisation is off (or the track's tag says it is already at the target);
+// any other source is decoded, resampled, normalised, filtered, scaled with a ramp and encoded.
 import CoreMetrics
 import EngineAPI
 import Foundation
 import ServiceSupport
 
-/// The per-play chain: demux/decode (FFmpeg) → filters → gain → encode (libopus), or passthrough.
+/// The per-play chain: demux/decode (FFmpeg) → loudness → filters → gain → encode (libopus), or
+/// passthrough.
 final class Pipeline {
     /// A network source opens on its demux thread; until then there is no decoder.
     private enum Stage {
@@ -26,6 +27,10 @@ final class Pipeline {
     /// The gain the last frame ended on; the next frame ramps from here to the target.
     private var gain: Float = 1
     private var filterChain = FilterChain()
+    /// Present while normalisation is on; its measurement lasts as long as the play.
+    private var normalizer: LoudnessNormalizer?
+    /// Normalisation's target loudness in LUFS.
+    private let loudnessTarget: Double
 
     // Opus sources: the libopus decoder used while transcoding, and its pending samples.
     private var opusSource = false
@@ -47,8 +52,9 @@ final class Pipeline {
     /// of its own, and `open()` says when it is ready.
     init(
         source: ResolvedSource, encoder configuration: OpusEncoderConfiguration, startMS: Int64 = 0,
-        metrics: EngineMetrics? = nil, network: SourceNetwork? = nil
+        loudnessTarget: Double = LoudnessNormalizer.defaultTarget, metrics: EngineMetrics? = nil, network: SourceNetwork? = nil
     ) throws {
+        self.loudnessTarget = loudnessTarget
         encodeTime = metrics?.encodeTime
         packetsSkipped = metrics?.sourcePacketsSkipped
         encoderConfiguration = configuration
@@ -109,10 +115,12 @@ final class Pipeline {
 
     var readAhead: ReadAheadInput.Stats? { demuxThread?.readAhead }
 
-    /// The next 20 ms Opus packet at `volume` percent through `filters`.
-    func nextPacket(volume: Int, filters: Filters = Filters()) throws -> Next<[UInt8]> {
+    /// The next 20 ms Opus packet at `volume` percent through `filters`, brought to the target
+    /// loudness if `normalize`.
+    func nextPacket(volume: Int, filters: Filters = Filters(), normalize: Bool = false) throws -> Next<[UInt8]> {
         guard case .ready(let decoder) = stage else { return .pending }
         filterChain.set(filters)
+        setNormalization(normalize)
         let target = Float(volume) / 100
         do {
             if opusSource {
@@ -144,9 +152,26 @@ final class Pipeline {
         skipPacketsBeforeMS = opusSource ? positionMS : nil
     }
 
+    /// Turns normalisation on or off. Turned on, it measures from here; a track whose tag puts it
+    /// within 0.5 LU of the target needs nothing (and an Opus source stays passthrough).
+    private func setNormalization(_ on: Bool) {
+        guard on else {
+            // Turned off: the gain glides back to 0 dB before the normaliser goes (no jump).
+            normalizer?.stopping = true
+            if normalizer?.isFinished == true { normalizer = nil }
+            return
+        }
+        guard normalizer == nil else {
+            normalizer?.stopping = false
+            return
+        }
+        if let tagged = info?.taggedLoudness, abs(tagged - loudnessTarget) < 0.5 { return }
+        normalizer = LoudnessNormalizer(target: loudnessTarget, taggedLoudness: info?.taggedLoudness)
+    }
+
     private func nextFromOpusSource(_ decoder: MediaDecoder, target: Float) throws -> Next<[UInt8]> {
         while true {
-            if target == 1 && gain == 1 && opusFIFO.isEmpty && filterChain.isIdentity {
+            if target == 1 && gain == 1 && opusFIFO.isEmpty && filterChain.isIdentity && normalizer == nil {
                 let packet: CompressedPacket
                 switch try nextSourcePacket(decoder) {
                 case .end: return .end
@@ -227,6 +252,7 @@ final class Pipeline {
     /// Applies the filters and the gain (ramping linearly over this frame to `target`) and
     /// encodes `pcm`.
     private func encodeFrame(target: Float) throws -> [UInt8] {
+        if normalizer != nil { pcm.withUnsafeMutableBufferPointer { normalizer?.process($0) } }
         pcm.withUnsafeMutableBufferPointer { filterChain.process($0) }
         if gain != 1 || target != 1 {
             let start = gain

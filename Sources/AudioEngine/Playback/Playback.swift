@@ -36,6 +36,8 @@ final class Playback: @unchecked Sendable {
         var volume = 100
         /// The filters the pipeline applies from its next frame.
         var filters = Filters()
+        /// Whether the pipeline brings the track to the target loudness.
+        var normalize = false
         /// The source is resolved and may be opened (page URLs wait for yt-dlp).
         var source: ResolvedSource?
         /// The stream URL expired: reopen the (re-resolved) source at this position.
@@ -54,6 +56,8 @@ final class Playback: @unchecked Sendable {
     let playID: UInt64
     let url: String
     let startMS: Int64
+    /// Loudness normalisation's target in LUFS.
+    let loudnessTarget: Double
     /// A pthread mutex (NIO's), not `Synchronization.Mutex`: the pacer and a worker contend for it
     /// every tick, and ThreadSanitizer cannot see the Mutex's contended futex path (it reported
     /// the locked accesses as races).
@@ -66,15 +70,17 @@ final class Playback: @unchecked Sendable {
 
     init(
         sessionID: SessionID, playID: UInt64, url: String, startMS: Int64, volume: Int, filters: Filters = Filters(),
-        source: ResolvedSource?
+        normalize: Bool = false, loudnessTarget: Double = LoudnessNormalizer.defaultTarget, source: ResolvedSource?
     ) {
         self.sessionID = sessionID
+        self.loudnessTarget = loudnessTarget
         self.playID = playID
         self.url = url
         self.startMS = startMS
         var box = Outbox()
         box.volume = volume
         box.filters = filters
+        box.normalize = normalize
         box.source = source
         outbox = NIOLockedValueBox(box)
     }
@@ -149,6 +155,10 @@ final class Playback: @unchecked Sendable {
         outbox.withLockedValue { $0.filters = filters }
     }
 
+    func setNormalize(_ normalize: Bool) {
+        outbox.withLockedValue { $0.normalize = normalize }
+    }
+
     /// Worker side: opens the pipeline if needed, carries out a pending seek, and encodes frames
     /// until `lead` are buffered. Must be called holding the fill token; releases it. Never
     /// waits for the network: a network source that is still opening, or whose next packet has
@@ -163,7 +173,8 @@ final class Playback: @unchecked Sendable {
             pipeline = nil
             do {
                 pipeline = try Pipeline(
-                    source: source, encoder: configuration, startMS: position, metrics: metrics, network: network)
+                    source: source, encoder: configuration, startMS: position, loudnessTarget: loudnessTarget,
+                    metrics: metrics, network: network)
                 outbox.withLockedValue { $0.pendingReopenMS = nil }
             } catch {
                 push(.end(.error, APIError.wrap(error)), frames: 0, generation: nil)
@@ -173,7 +184,9 @@ final class Playback: @unchecked Sendable {
         if pipeline == nil {
             guard let source = outbox.withLockedValue({ $0.source }) else { return }
             do {
-                pipeline = try Pipeline(source: source, encoder: configuration, startMS: startMS, metrics: metrics, network: network)
+                pipeline = try Pipeline(
+                    source: source, encoder: configuration, startMS: startMS, loudnessTarget: loudnessTarget,
+                    metrics: metrics, network: network)
             } catch {
                 push(.end(.error, APIError.wrap(error)), frames: 0, generation: nil)
                 return
@@ -184,7 +197,10 @@ final class Playback: @unchecked Sendable {
             guard let info = try pipeline.open() else { return }  // still opening
             if !announced {
                 announced = true
-                let plain = outbox.withLockedValue { $0.volume == 100 && $0.filters.isEmpty }
+                let plain = outbox.withLockedValue { box in
+                    box.volume == 100 && box.filters.isEmpty
+                        && (!box.normalize || info.taggedLoudness.map { abs($0 - loudnessTarget) < 0.5 } == true)
+                }
                 push(.opened(info, passthrough: info.isOpusStereo48k && plain), frames: 0, generation: nil)
             }
         } catch {
@@ -192,8 +208,8 @@ final class Playback: @unchecked Sendable {
             return
         }
         while true {
-            let (buffered, stop, seek, volume, filters, generation) = outbox.withLockedValue {
-                ($0.bufferedFrames, $0.cancelled, $0.pendingSeekMS, $0.volume, $0.filters, $0.generation)
+            let (buffered, stop, seek, volume, filters, normalize, generation) = outbox.withLockedValue {
+                ($0.bufferedFrames, $0.cancelled, $0.pendingSeekMS, $0.volume, $0.filters, $0.normalize, $0.generation)
             }
             if stop { return }
             if let seek {
@@ -208,7 +224,7 @@ final class Playback: @unchecked Sendable {
             }
             if buffered >= lead { return }
             do {
-                switch try pipeline.nextPacket(volume: volume, filters: filters) {
+                switch try pipeline.nextPacket(volume: volume, filters: filters, normalize: normalize) {
                 case .pending:
                     return  // the network is behind: try again next tick
                 case .end:

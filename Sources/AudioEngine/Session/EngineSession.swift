@@ -8,6 +8,8 @@ struct EngineSession {
     var volume = 100
     /// Kept across plays, as the volume is.
     var filters = Filters()
+    /// Loudness normalisation, kept across plays; new sessions take the engine's default.
+    var normalize: Bool
     var playback: Playback?
     var url: String?
     var metadata: TrackMetadata?
@@ -22,6 +24,8 @@ struct EngineSession {
     var playStarted = false
     var counters = FrameCounters()
     var lastChange = ContinuousClock.now
+
+    init(normalize: Bool) { self.normalize = normalize }
 
     var positionMS: Int64 { MediaTime.sum(positionBaseMS, Int64(min(framesSinceBase, 1 << 40)) * 20) }
 }

@@ -7,6 +7,11 @@ package struct PlaybackConfiguration: Sendable {
     /// frames, so it is kept small; the compressed read-ahead (seconds) absorbs network stalls.
     var leadFrames = 2
     var encoder = OpusEncoderConfiguration()
+    /// Whether a new session's tracks are brought to `loudnessTarget` when its first play does not
+    /// say (each session may turn it off).
+    var normalizeByDefault = true
+    /// Loudness normalisation's target, in LUFS.
+    var loudnessTarget = LoudnessNormalizer.defaultTarget
     /// Sessions with a play in progress (extracting, streaming or paused) at once.
     package var maxSessions = 60
     /// A stopped, finished, errored or paused session is removed after this long.

@@ -51,7 +51,8 @@ package final class SessionManager: Sendable {
 
     /// Starts playing `url` on `sessionID`, replacing whatever that session played.
     package func play(
-        sessionID: SessionID, url: String, startMS: Int64 = 0, volume: Int? = nil, filters: Filters? = nil
+        sessionID: SessionID, url: String, startMS: Int64 = 0, volume: Int? = nil, filters: Filters? = nil,
+        normalize: Bool? = nil
     ) throws(APIError) -> PlayStarted {
         guard (0...MediaTime.maxMS).contains(startMS) else {
             throw .badRequest("invalid_position", "\"start_ms\" must be from 0 to \(MediaTime.maxMS), got \(startMS)")
@@ -69,12 +70,14 @@ package final class SessionManager: Sendable {
                     status: .serviceUnavailable, code: "pool_exhausted",
                     message: "all \(configuration.maxSessions) sessions are in use; stop one or try again later")
             }
-            var session = state.sessions[sessionID] ?? EngineSession()
+            var session = state.sessions[sessionID] ?? EngineSession(normalize: configuration.normalizeByDefault)
             if let volume { session.volume = volume }
             if let filters { session.filters = filters }
+            if let normalize { session.normalize = normalize }
             let playback = Playback(
                 sessionID: sessionID, playID: state.nextPlayID, url: url, startMS: startMS, volume: session.volume,
-                filters: session.filters, source: ready)
+                filters: session.filters, normalize: session.normalize, loudnessTarget: configuration.loudnessTarget,
+                source: ready)
             state.nextPlayID += 1
             if case .start(let replacing) = session.machine.handle(.play(playID: playback.playID)), let replacing {
                 session.playback?.cancel()
@@ -215,6 +218,17 @@ package final class SessionManager: Sendable {
         }
     }
 
+    /// Turns loudness normalisation on or off for the session, from the next encoded frame.
+    func setNormalize(sessionID: SessionID, enabled: Bool) throws(APIError) -> SessionInfo {
+        try state.withLock { state throws(APIError) -> SessionInfo in
+            guard var session = state.sessions[sessionID] else { throw Self.unknown(sessionID) }
+            session.normalize = enabled
+            session.playback?.setNormalize(enabled)
+            state.sessions[sessionID] = session
+            return Self.info(sessionID, session)
+        }
+    }
+
     func info(sessionID: SessionID) throws(APIError) -> SessionInfo {
         try state.withLock { state throws(APIError) -> SessionInfo in
             guard let session = state.sessions[sessionID] else { throw Self.unknown(sessionID) }
@@ -310,7 +324,8 @@ package final class SessionManager: Sendable {
             sessionID: id, state: session.machine.state, playID: session.machine.playID, url: session.url,
             title: session.title, thumbnail: session.metadata?.thumbnail, durationMS: session.durationMS,
             positionMS: session.positionMS, volume: session.volume, passthrough: session.passthrough,
-            frames: session.counters, filters: session.filters.isEmpty ? nil : session.filters)
+            frames: session.counters, filters: session.filters.isEmpty ? nil : session.filters,
+            normalize: session.normalize)
     }
 
     private static func checkVolume(_ volume: Int) throws(APIError) {

@@ -21,7 +21,9 @@ extension EngineLink {
 /// the queue wiring give a scripted one.
 protocol EngineControl: Sendable {
     /// Starts `url` on the session, replacing its current play; answers the engine's play id.
-    func play(_ id: SessionID, url: String, startMS: Int64?, volume: Int, filters: Filters) async throws(APIError) -> UInt64
+    func play(
+        _ id: SessionID, url: String, startMS: Int64?, volume: Int, filters: Filters, normalize: Bool
+    ) async throws(APIError) -> UInt64
     /// A control of the session's current play (the engine refuses one for a replaced play).
     func control(_ id: SessionID, _ control: SessionControl) async throws(APIError)
     /// Title, duration and playlist entries of a URL (422 when it cannot be played).
@@ -48,8 +50,10 @@ struct EngineClient: EngineControl {
         self.http = http
     }
 
-    func play(_ id: SessionID, url: String, startMS: Int64?, volume: Int, filters: Filters) async throws(APIError) -> UInt64 {
-        let body = Self.json(PlayRequest(url: url, startMS: startMS, volume: volume, filters: filters))
+    func play(
+        _ id: SessionID, url: String, startMS: Int64?, volume: Int, filters: Filters, normalize: Bool
+    ) async throws(APIError) -> UInt64 {
+        let body = Self.json(PlayRequest(url: url, startMS: startMS, volume: volume, filters: filters, normalize: normalize))
         let reply = try await send(.POST, "/session/\(Self.segment(id))/play", body: body)
         return try Self.decode(PlayStarted.self, reply).playID
     }

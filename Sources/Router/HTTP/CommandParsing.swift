@@ -14,11 +14,12 @@ enum CommandParsing {
         var position_ms: Int64?
         var volume: Int?
         var mode: String?
+        var enabled: Bool?
         /// `filters`: Lavalink v4's filter objects (`equalizer`, `karaoke`, `tremolo`, …) beside
         /// the other arguments, read from the same JSON object.
         var filters = Filters()
 
-        private enum CodingKeys: String, CodingKey { case url, index, position_ms, volume, mode }
+        private enum CodingKeys: String, CodingKey { case url, index, position_ms, volume, mode, enabled }
 
         init() {}
 
@@ -29,6 +30,7 @@ enum CommandParsing {
             position_ms = try container.decodeIfPresent(Int64.self, forKey: .position_ms)
             volume = try container.decodeIfPresent(Int.self, forKey: .volume)
             mode = try container.decodeIfPresent(String.self, forKey: .mode)
+            enabled = try container.decodeIfPresent(Bool.self, forKey: .enabled)
             filters = try Filters(from: decoder)
         }
     }
@@ -51,7 +53,7 @@ enum CommandParsing {
     /// Every command's name, as REST paths and WebSocket `op`s spell it.
     static let names = [
         "play", "queue", "remove", "clear", "jump", "next", "previous", "pause", "resume", "stop", "seek", "volume",
-        "filters", "loop", "shuffle",
+        "filters", "normalize", "loop", "shuffle",
     ]
 
     /// The command `name` with its arguments.
@@ -73,6 +75,7 @@ enum CommandParsing {
             return .seek(positionMS: position)
         case "volume": return .volume(try required(json.volume, "volume"))
         case "filters": return .filters(json.filters)
+        case "normalize": return .normalize(try required(json.enabled, "enabled"))
         case "loop":
             guard let raw = json.mode, let mode = LoopMode(rawValue: raw) else {
                 throw .badRequest("invalid_loop_mode", "mode must be \"off\", \"track\" or \"queue\"")

@@ -16,6 +16,8 @@ enum SessionCommand: Sendable, Equatable {
     case seek(positionMS: Int64)
     case volume(Int)
     case filters(Filters)
+    /// Loudness normalisation on or off.
+    case normalize(Bool)
     case loop(LoopMode)
     case shuffle
 
@@ -23,7 +25,7 @@ enum SessionCommand: Sendable, Equatable {
     var mayStartPlay: Bool {
         switch self {
         case .play, .enqueue, .jump, .next, .previous, .resume: true
-        case .remove, .clear, .pause, .stop, .seek, .volume, .filters, .loop, .shuffle: false
+        case .remove, .clear, .pause, .stop, .seek, .volume, .filters, .normalize, .loop, .shuffle: false
         }
     }
 }

@@ -55,6 +55,7 @@ actor SessionController {
             sessionID: id.description, status: "\(queue.status)", current: queue.current,
             nowPlaying: queue.currentTrack, queue: queue.tracks, positionMS: position,
             durationMS: queue.currentTrack?.durationMS, volume: snapshot.volume, filters: snapshot.filters,
+            normalize: snapshot.normalize,
             paused: queue.status == .paused, loop: queue.loop)
     }
 
@@ -158,6 +159,10 @@ actor SessionController {
             if snapshot.queue.status != .idle { try await engine.control(id, .filters(filters)) }
             snapshot.filters = filters
             changed()
+        case .normalize(let enabled):
+            if snapshot.queue.status != .idle { try await engine.control(id, .normalize(enabled)) }
+            snapshot.normalize = enabled
+            changed()
         case .loop(let mode):
             try await apply(.setLoop(mode))
         case .shuffle:
@@ -225,7 +230,8 @@ actor SessionController {
             let playID: UInt64
             do {
                 playID = try await engine.play(
-                    id, url: track.url, startMS: startMS, volume: snapshot.volume, filters: snapshot.filters)
+                    id, url: track.url, startMS: startMS, volume: snapshot.volume, filters: snapshot.filters,
+                    normalize: snapshot.normalize)
             } catch {
                 // The engine refused: nothing plays now. Stop here rather than try every track.
                 return .failed(error, next: .finished(generation: generation, reason: .other))

@@ -6,24 +6,27 @@ struct SessionSnapshot: Sendable, Equatable, Codable {
     var queue = SessionQueue()
     var volume = 100
     var filters = Filters()
+    /// Loudness normalisation: on for a new session (and for one stored before it existed).
+    var normalize = true
     var positionMS: Int64 = 0
     /// The engine play of the queue's current generation, while there is one.
     var playID: UInt64?
 
     enum CodingKeys: String, CodingKey {
-        case queue, volume, filters
+        case queue, volume, filters, normalize
         case positionMS = "position_ms"
         case playID = "play_id"
     }
 }
 
 extension SessionSnapshot {
-    /// A row stored before a field existed gets that field's default (filters came later).
+    /// A row stored before a field existed gets that field's default (filters and normalize came later).
     init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         queue = try container.decode(SessionQueue.self, forKey: .queue)
         volume = try container.decode(Int.self, forKey: .volume)
         filters = try container.decodeIfPresent(Filters.self, forKey: .filters) ?? Filters()
+        normalize = try container.decodeIfPresent(Bool.self, forKey: .normalize) ?? true
         positionMS = try container.decode(Int64.self, forKey: .positionMS)
         playID = try container.decodeIfPresent(UInt64.self, forKey: .playID)
     }

@@ -17,13 +17,15 @@ struct SessionView: Sendable, Equatable, Codable {
     var volume: Int
     /// The session's filters (`{"equalizer":[]}` when none).
     var filters: Filters
+    /// Whether tracks are brought to the engine's target loudness.
+    var normalize: Bool
     var paused: Bool
     var loop: LoopMode
     /// Connected clients, in the operator's listing (`GET /api/sessions`) only.
     var clients: Int?
 
     enum CodingKeys: String, CodingKey {
-        case type, status, current, queue, volume, filters, paused, loop, clients
+        case type, status, current, queue, volume, filters, normalize, paused, loop, clients
         case sessionID = "session_id"
         case nowPlaying = "now_playing"
         case positionMS = "position_ms"

@@ -19,6 +19,8 @@ actor SessionDirectory {
     private var pins: [SessionID: Int] = [:]
     /// The most engine plays browser sessions may hold at once (nil: no limit); bots keep the rest.
     private let browserPlays: Int?
+    /// A new session's loudness normalisation (TONEARM_NORMALIZE).
+    private let normalizeByDefault: Bool
     /// Sessions a browser token has commanded, and those let start a play lately (their play may
     /// still be resolving, so it does not show as active yet).
     private var browserSessions: Set<SessionID> = []
@@ -27,9 +29,10 @@ actor SessionDirectory {
 
     init(
         store: SessionStore, engine: any EngineControl, database: SessionDatabase?, writer: PersistenceWriter?,
-        logger: Logger, browserPlays: Int? = nil
+        logger: Logger, browserPlays: Int? = nil, normalizeByDefault: Bool = true
     ) {
         self.browserPlays = browserPlays
+        self.normalizeByDefault = normalizeByDefault
         self.store = store
         self.engine = engine
         self.database = database
@@ -54,7 +57,8 @@ actor SessionDirectory {
         }
         // Another caller may have made it while the database was read.
         if let controller = controllers[id] { return controller }
-        let controller = SessionController(id: id, snapshot: stored ?? SessionSnapshot(), engine: engine, sink: sink)
+        let controller = SessionController(
+            id: id, snapshot: stored ?? SessionSnapshot(normalize: normalizeByDefault), engine: engine, sink: sink)
         controllers[id] = controller
         store.register(id)
         return controller

@@ -20,7 +20,7 @@ def test_every_slash_command_is_registered_with_its_options():
     commands = {command.name: command for command in bot.tree.get_commands()}
     assert set(commands) == {
         "play", "queue", "skip", "previous", "pause", "resume", "stop", "shuffle", "seek", "volume", "loop",
-        "remove", "nowplaying", "leave", "equalizer", "effect",
+        "remove", "nowplaying", "leave", "equalizer", "effect", "normalize",
     }
     assert [p.name for p in commands["play"].parameters] == ["query"]
     assert [p.name for p in commands["skip"].parameters] == []
@@ -29,3 +29,4 @@ def test_every_slash_command_is_registered_with_its_options():
     assert [c.value for c in commands["loop"].parameters[0].choices] == ["off", "track", "queue"]
     assert "bass boost" in [c.value for c in commands["equalizer"].parameters[0].choices]
     assert "8D" in [c.value for c in commands["effect"].parameters[0].choices]
+    assert [p.name for p in commands["normalize"].parameters] == ["on"]

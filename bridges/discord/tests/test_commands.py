@@ -63,6 +63,11 @@ def test_every_command_against_the_router(cluster):
                 assert (await link.command("state"))["filters"] == {"equalizer": [], "rotation": {"rotationHz": 0.2}}
                 assert await commands.effect("none") == "Effect off."
                 assert (await link.command("state"))["filters"] == {"equalizer": []}
+                assert (await link.command("state"))["normalize"] is True
+                assert await commands.normalize(False) == "Tracks at their own loudness."
+                assert (await link.command("state"))["normalize"] is False
+                assert await commands.normalize(True) == "Every track at the same loudness."
+                assert (await link.command("state"))["normalize"] is True
 
                 playing = await commands.now_playing()
                 assert playing["title"] == "tone-440.mp3" and playing["duration"] == "0:30"

@@ -227,6 +227,10 @@ def register_commands(bot: TonearmBot) -> None:
     async def effect(interaction: discord.Interaction, preset: app_commands.Choice[str]) -> None:
         await answer(interaction, lambda: guild_commands(interaction).effect(preset.value))
 
+    @tree.command(description="Play every track at the same loudness (on) or as mastered (off)")
+    async def normalize(interaction: discord.Interaction, on: bool) -> None:
+        await answer(interaction, lambda: guild_commands(interaction).normalize(on))
+
     @tree.command(description="Loop off, this track, or the queue")
     @app_commands.choices(mode=[app_commands.Choice(name=m, value=m) for m in ("off", "track", "queue")])
     async def loop(interaction: discord.Interaction, mode: app_commands.Choice[str]) -> None:

@@ -171,6 +171,10 @@ class Commands:
         await self.link.command("filters", equalizer=equalizer, **effect)
         return "Effect off." if not effect else f"Effect: {preset}."
 
+    async def normalize(self, on: bool) -> str:
+        await self.link.command("normalize", enabled=on)
+        return "Every track at the same loudness." if on else "Tracks at their own loudness."
+
     async def loop(self, mode: str) -> str:
         if mode not in LOOP_MODES:
             raise TonearmError("invalid_mode", "loop is off, track or queue")

@@ -117,7 +117,9 @@ $("filters-json").onsubmit = (event) => {
   }
   run("filters", filters);
 };
+$("normalize").onchange = () => run("normalize", { enabled: $("normalize").checked });
 function renderEffects() {
+  if (document.activeElement !== $("normalize")) $("normalize").checked = state.normalize !== false;
   const current = canonical(effects());
   if (document.activeElement !== $("effect")) {
     $("effect").value = Object.keys(EFFECTS).find((name) => canonical(EFFECTS[name]) === current) ?? "custom";

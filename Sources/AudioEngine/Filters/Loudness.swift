@@ -1,0 +1,244 @@
+// Loudness normalisation: a track is brought to a target loudness (−14 LUFS by default) by one
+// smooth gain, taken from its ReplayGain/R128 tag when it has one, else from a running EBU R128
+// (ITU-R BS.1770-4) measurement of what has played so far, followed by a look-ahead peak limiter
+// so that raising a quiet track never clips. Runs first on each 20 ms frame of 48 kHz stereo,
+// before the filters and the volume, so that it measures the source and not what a filter made of it.
+import Foundation
+
+/// BS.1770-4's integrated loudness, kept up to date as samples arrive: K-weighting, mean square
+/// over 400 ms blocks every 100 ms, absolute gate at −70 LUFS, relative gate 10 LU below.
+struct LoudnessMeter {
+    /// The K-weighting filter's two stages at 48 kHz (BS.1770-4, tables 1 and 2).
+    private static let shelf = (b0: 1.53512485958697, b1: -2.69169618940638, b2: 1.19839281085285, a1: -1.69065929318241, a2: 0.73248077421585)
+    private static let highPass = (b0: 1.0, b1: -2.0, b2: 1.0, a1: -1.99004745483398, a2: 0.99007225036621)
+    static let subblockSamples = 4_800
+    /// Block loudness is kept as a histogram (0.1 LU bins from −70 to +10 LUFS): the gates need
+    /// every block of the track, and this holds them in 3.2 KB however long it plays.
+    private static let binWidth = 0.1, lowest = -70.0, bins = 800
+
+    /// Two biquad memories per stage per channel.
+    private var state = [Double](repeating: 0, count: 8)
+    private var subblockSum = 0.0
+    private var subblockFill = 0
+    /// The last four 100 ms sub-blocks' mean squares (summed over the two channels).
+    private var recent = [Double](repeating: 0, count: 4)
+    private var subblocks = 0
+    /// Sub-blocks above the absolute gate: silence before the music does not count as measuring it.
+    private var audibleSubblocks = 0
+    private var histogram = [UInt32](repeating: 0, count: bins)
+    private var blocks = 0
+    private var gatedEnergy = 0.0
+
+    /// Whether a 100 ms sub-block has ended since this was last reset by the caller.
+    private(set) var measuredSinceCheck = false
+
+    /// The track's integrated loudness so far; before the first 400 ms block, the loudness of what
+    /// has been heard; nil while everything has been below the absolute gate (silence).
+    var loudness: Double? {
+        if blocks > 0 { return integrated }
+        let available = min(subblocks, 4)
+        guard available > 0 else { return nil }
+        let energy = recent.prefix(available).reduce(0, +) / Double(available)
+        let level = Self.lufs(energy)
+        return level > Self.lowest ? level : nil
+    }
+
+    /// Seconds of audible sound measured.
+    var seconds: Double { Double(audibleSubblocks) * 0.1 }
+
+    mutating func acknowledge() { measuredSinceCheck = false }
+
+    mutating func add(_ samples: UnsafeMutableBufferPointer<Float>) {
+        var i = 0
+        let s = Self.shelf, h = Self.highPass
+        while i + 1 < samples.count {
+            var energy = 0.0
+            for channel in 0..<2 {
+                let o = channel * 4
+                let x = Double(samples[i + channel])
+                let y = s.b0 * x + state[o]
+                state[o] = (s.b1 * x - s.a1 * y + state[o + 1]).flushed
+                state[o + 1] = (s.b2 * x - s.a2 * y).flushed
+                let z = h.b0 * y + state[o + 2]
+                state[o + 2] = (h.b1 * y - h.a1 * z + state[o + 3]).flushed
+                state[o + 3] = (h.b2 * y - h.a2 * z).flushed
+                energy += z * z
+            }
+            subblockSum += energy
+            subblockFill += 1
+            if subblockFill == Self.subblockSamples { endSubblock() }
+            i += 2
+        }
+    }
+
+    private mutating func endSubblock() {
+        let meanSquare = subblockSum / Double(Self.subblockSamples)
+        recent[subblocks % 4] = meanSquare
+        subblocks += 1
+        if Self.lufs(meanSquare) > Self.lowest { audibleSubblocks += 1 }
+        subblockSum = 0
+        subblockFill = 0
+        measuredSinceCheck = true
+        guard subblocks >= 4 else { return }
+        let energy = recent.reduce(0, +) / 4
+        let level = Self.lufs(energy)
+        guard level > Self.lowest else { return }
+        histogram[min(Int((level - Self.lowest) / Self.binWidth), Self.bins - 1)] += 1
+        blocks += 1
+        gatedEnergy += energy
+    }
+
+    private var integrated: Double {
+        let relativeGate = Self.lufs(gatedEnergy / Double(blocks)) - 10
+        var count = 0.0, energy = 0.0
+        for bin in 0..<Self.bins where histogram[bin] > 0 {
+            let level = Self.lowest + (Double(bin) + 0.5) * Self.binWidth
+            guard level > relativeGate else { continue }
+            count += Double(histogram[bin])
+            energy += Double(histogram[bin]) * pow(10, (level + 0.691) / 10)
+        }
+        return count > 0 ? Self.lufs(energy / count) : relativeGate + 10
+    }
+
+    static func lufs(_ meanSquare: Double) -> Double {
+        meanSquare > 0 ? -0.691 + 10 * log10(meanSquare) : -.infinity
+    }
+}
+
+/// The gain that brings a track to `target` LUFS, applied smoothly, then the limiter.
+package struct LoudnessNormalizer {
+    static let defaultTarget = -14.0
+    /// Targets an operator may choose (TONEARM_LOUDNESS_TARGET).
+    static let targetRange = -40.0 ... -5.0
+    /// The most a quiet track is raised and a loud one lowered.
+    static let gainRange = -30.0...24.0
+    /// How fast the gain may move, in dB per second: quickly while the first 3 s are measured
+    /// (a quiet track is not heard quiet for long), then slowly, and faster down than up, so that
+    /// what is heard does not pump with the music.
+    static let settlingSeconds = 3.0
+    static let settlingRate = 60.0, riseRate = 1.5, fallRate = 6.0
+
+    let target: Double
+    /// From the track's tags: the gain is known at once and fixed, and nothing is measured.
+    let taggedLoudness: Double?
+    private var meter = LoudnessMeter()
+    /// The gain reached at the end of the last frame, in dB, and the one the measurement asks for.
+    private(set) var gainDB: Double
+    private var wantedDB: Double
+    private var limiter = PeakLimiter()
+    /// Normalisation was turned off: the gain glides to 0 dB, then the pipeline drops this.
+    var stopping = false
+
+    /// Turned off and back at 0 dB with the limiter idle: removing it now changes nothing heard
+    /// but the limiter's 1 ms delay.
+    var isFinished: Bool { stopping && gainDB == 0 && !limiter.isLimiting }
+
+    package init(target: Double, taggedLoudness: Double?) {
+        self.target = target
+        self.taggedLoudness = taggedLoudness
+        let tagged = taggedLoudness.map { Self.clamp(target - $0) }
+        gainDB = tagged ?? 0
+        wantedDB = gainDB
+    }
+
+    private static func clamp(_ gain: Double) -> Double { min(max(gain, gainRange.lowerBound), gainRange.upperBound) }
+
+    /// Measures, scales and limits one frame of interleaved stereo in place.
+    package mutating func process(_ samples: UnsafeMutableBufferPointer<Float>) {
+        let frames = samples.count / 2
+        if taggedLoudness == nil && !stopping {
+            meter.add(samples)
+            if meter.measuredSinceCheck, let measured = meter.loudness {
+                wantedDB = Self.clamp(target - measured)
+            }
+            meter.acknowledge()
+        }
+        let seconds = Double(frames) / FilterChain.sampleRate
+        let wanted = stopping ? 0 : wantedDB
+        let rate = meter.seconds < Self.settlingSeconds || stopping
+            ? Self.settlingRate : (wanted > gainDB ? Self.riseRate : Self.fallRate)
+        let next = gainDB + min(max(wanted - gainDB, -rate * seconds), rate * seconds)
+        let start = Float(pow(10, gainDB / 20)), end = Float(pow(10, next / 20))
+        gainDB = next
+        let step = (end - start) / Float(max(frames, 1))
+        var i = 0
+        while i + 1 < samples.count {
+            let g = start + step * Float(i / 2 + 1)
+            samples[i] *= g
+            samples[i + 1] *= g
+            i += 2
+        }
+        limiter.process(samples)
+    }
+}
+
+/// A look-ahead limiter that keeps the signal's true peak (estimated at twice the sample rate by
+/// cubic interpolation between samples) at or below −1 dBTP. The gain reaches what a peak needs by
+/// the time that peak is played (attack over the 1 ms look-ahead) and recovers over about 100 ms,
+/// so it shapes the envelope instead of clipping the wave. It delays the sound by its look-ahead.
+struct PeakLimiter {
+    static let ceiling: Float = 0.891  // −1 dBTP
+    static let lookahead = 48  // samples (1 ms at 48 kHz)
+    /// The true-peak estimate of a sample needs the two after it: gains are known 2 samples late.
+    private static let window = lookahead - 2 + 1
+    private static let release: Float = 1 - exp(-1 / (0.1 * 48_000))
+
+    /// The delay line (interleaved stereo), the last four input samples per channel, the required
+    /// gains of the last `window` samples and their running minima, and the smoothed gain.
+    private var delay = [Float](repeating: 0, count: 2 * lookahead)
+    private var delayIndex = 0
+    private var history = [Float](repeating: 0, count: 8)
+    private var required = [Float](repeating: 1, count: window)
+    private var minima = [Float](repeating: 1, count: window)
+    private var minimaSum = Float(window)
+    private var ringIndex = 0
+    /// Samples since a required gain below 1 was last seen (past `window`, the minimum is 1).
+    private var sinceLimit = window
+    private var envelope: Float = 1
+
+    /// Whether the limiter is reducing the gain (or about to).
+    var isLimiting: Bool { envelope < 1 || sinceLimit < Self.window }
+
+    mutating func process(_ samples: UnsafeMutableBufferPointer<Float>) {
+        var i = 0
+        while i + 1 < samples.count {
+            // Peak around the sample two behind: itself and the half-way points either side.
+            var peak: Float = 0
+            for channel in 0..<2 {
+                let h = channel * 4
+                let x0 = history[h], x1 = history[h + 1], x2 = history[h + 2], x3 = history[h + 3]
+                let x4 = samples[i + channel]
+                let before = (9 * (x1 + x2) - (x0 + x3)) / 16
+                let after = (9 * (x2 + x3) - (x1 + x4)) / 16
+                peak = max(peak, abs(x2), abs(before), abs(after))
+                history[h] = x1
+                history[h + 1] = x2
+                history[h + 2] = x3
+                history[h + 3] = x4
+            }
+            let need: Float = peak > Self.ceiling && peak.isFinite ? Self.ceiling / peak : (peak.isFinite ? 1 : 0)
+            required[ringIndex] = need
+            sinceLimit = need < 1 ? 0 : min(sinceLimit + 1, Self.window)
+            var minimum: Float = 1
+            if sinceLimit < Self.window {
+                for value in required where value < minimum { minimum = value }
+            }
+            minimaSum += minimum - minima[ringIndex]
+            minima[ringIndex] = minimum
+            ringIndex = ringIndex + 1 == Self.window ? 0 : ringIndex + 1
+            // The average of the minima is below every required gain in the window (attack); the
+            // envelope follows it down at once and back up slowly (release).
+            let average = min(minimaSum / Float(Self.window), 1)
+            envelope = min(average, envelope + (1 - envelope) * Self.release)
+            let left = delay[delayIndex], right = delay[delayIndex + 1]
+            delay[delayIndex] = samples[i]
+            delay[delayIndex + 1] = samples[i + 1]
+            delayIndex = delayIndex + 2 == delay.count ? 0 : delayIndex + 2
+            samples[i] = left * envelope
+            samples[i + 1] = right * envelope
+            i += 2
+        }
+        // The running sum drifts with rounding; it is recomputed once a frame.
+        minimaSum = minima.reduce(0, +)
+    }
+}

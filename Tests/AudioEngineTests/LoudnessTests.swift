@@ -1,0 +1,167 @@
+import EngineAPI
+import Foundation
+import TestSupport
+import Testing
+
+@testable import AudioEngine
+
+@Suite struct LoudnessTests {
+    /// BS.1770's calibration: a 1 kHz sine at −20 dBFS in both channels reads −20 LUFS; pink noise
+    /// (energy down to the K-weighting's high-pass) reads what ffmpeg's ebur128 reads.
+    @Test func theMeterReadsWhatBS1770AndFFmpegRead() throws {
+        var sine = [Float](repeating: 0, count: 2 * 48_000 * 3)
+        for i in 0..<(sine.count / 2) {
+            let x = Float(0.1 * sin(2 * Double.pi * 1_000 * Double(i) / 48_000))
+            sine[2 * i] = x
+            sine[2 * i + 1] = x
+        }
+        #expect(abs((try #require(Self.meter(sine))) - (-20)) < 0.1)
+
+        let directory = try TemporaryDirectory()
+        let file = try MediaFixture.noise(atLUFS: -23, seconds: 5, into: directory.path, name: "pink.flac")
+        let noise = try MediaFixture.decodeStereo(file)
+        let ours = try #require(Self.meter(noise))
+        let ffmpeg = try LoudnessMeasurement.measure(file).integrated
+        #expect(abs(ours - ffmpeg) < 0.2, "ours \(ours), ffmpeg \(ffmpeg)")
+    }
+
+    /// Issue 17: tracks mastered 20 dB apart (and a loud one) play at the target ±1 LU, as ffmpeg
+    /// measures what comes out of the encoder; nothing clips (the limiter holds −1 dBTP before the
+    /// encoder, whose own overshoot on this noise is about 0.6 dB).
+    @Test(arguments: [-34.0, -14.0, -6.0])
+    func aTrackPlaysAtTheTargetLoudness(mastered: Double) throws {
+        let directory = try TemporaryDirectory()
+        let file = try MediaFixture.noise(atLUFS: mastered, seconds: 10, into: directory.path, name: "track.flac")
+        #expect(abs(try LoudnessMeasurement.measure(file).integrated - mastered) < 0.5)
+        let played = try LoudnessMeasurement.measure(stereo: try Self.play(file, normalize: true))
+        #expect(abs(played.integrated - (-14)) <= 1, "a track at \(mastered) LUFS played at \(played.integrated)")
+        #expect(played.truePeak < 0, "true peak \(played.truePeak) dBTP")
+        let untouched = try LoudnessMeasurement.measure(stereo: try Self.play(file, normalize: false))
+        #expect(abs(untouched.integrated - mastered) <= 0.5, "without normalisation: \(untouched.integrated)")
+    }
+
+    /// A track's ReplayGain tag gives the gain from the first frame, without measuring: this one
+    /// claims to be at −12 LUFS (it is at −20), so it plays 2 dB down, at −22, from the start.
+    @Test func aReplayGainTagSetsTheGainFromTheFirstFrame() throws {
+        let directory = try TemporaryDirectory()
+        let file = try MediaFixture.noise(
+            atLUFS: -20, seconds: 4, into: directory.path, name: "tagged.flac", tags: ["REPLAYGAIN_TRACK_GAIN=-6.00 dB"])
+        let pipeline = try Pipeline(source: ResolvedSource(location: file, displayName: "t"), encoder: OpusEncoderConfiguration())
+        #expect(pipeline.info?.taggedLoudness == -12)
+        let played = try LoudnessMeasurement.measure(stereo: try Self.play(file, normalize: true))
+        #expect(abs(played.integrated - (-22)) < 0.3, "played at \(played.integrated)")
+        // The first half second already at that gain (a measurement would start at 0 dB).
+        let start = try LoudnessMeasurement.measure(stereo: Array(try Self.play(file, normalize: true).prefix(2 * 24_000 * 2)))
+        #expect(abs(start.integrated - (-22)) < 1, "first 0.5 s at \(start.integrated)")
+    }
+
+    /// No pumping: music that swells and fades by 12 dB every 4 s keeps its swells once the gain
+    /// has settled — the normaliser follows the track's loudness, not its dynamics.
+    @Test func theMusicsOwnDynamicsAreKept() throws {
+        let directory = try TemporaryDirectory()
+        let steady = try MediaFixture.noise(atLUFS: -30, seconds: 24, into: directory.path, name: "steady.flac")
+        let swelling = directory.file("swelling.flac")
+        // Between −6 and +6 dB around the steady level, a full cycle every 4 s.
+        try MediaFixture.ffmpeg(["-i", steady, "-af", "volume='pow(10, 0.3*sin(2*PI*t/4))':eval=frame", swelling])
+        func swings(_ stereo: [Float], from second: Int) -> [Double] {
+            // Loudest minus quietest 400 ms block level within each 4 s cycle.
+            let left = Spectrum.left(stereo)
+            return stride(from: second, to: left.count / 48_000 - 3, by: 4).map { start in
+                let levels = (0..<10).map { block in
+                    let at = (start * 48_000) + block * 19_200
+                    return Spectrum.dBFS(Array(left[at..<(at + 19_200)]))
+                }
+                return (levels.max() ?? 0) - (levels.min() ?? 0)
+            }
+        }
+        let source = swings(try MediaFixture.decodeStereo(swelling), from: 8)
+        // Brought to −23 LUFS, so that the swells stay clear of the limiter (this is about the gain).
+        let played = swings(try Self.play(swelling, normalize: true, target: -23), from: 8)
+        #expect(played.count == source.count && source.count >= 3)
+        for (heard, mastered) in zip(played, source) {
+            #expect(abs(heard - mastered) < 1.5, "a swing of \(mastered) dB in the source is \(heard) dB as played")
+        }
+    }
+
+    @Test func tagsAreReadOnlyWhenTheyArePlainNumbers() {
+        func loudness(_ tags: [String: String]) -> Double? { MediaDemuxer.taggedLoudness { tags[$0] } }
+        #expect(loudness(["R128_TRACK_GAIN": "-2304"]) == -14)
+        #expect(loudness(["REPLAYGAIN_TRACK_GAIN": "+4.00 dB"]) == -22)
+        #expect(loudness(["REPLAYGAIN_TRACK_GAIN": "-3.5dB"]) == -14.5)
+        #expect(loudness(["REPLAYGAIN_TRACK_GAIN": "nan dB"]) == nil)
+        #expect(loudness(["REPLAYGAIN_TRACK_GAIN": "1e308 dB"]) == nil)
+        #expect(loudness(["R128_TRACK_GAIN": "99999999999999999999"]) == nil)
+        #expect(loudness(["REPLAYGAIN_TRACK_GAIN": "loud"]) == nil)
+        #expect(loudness([:]) == nil)
+    }
+
+    /// The limiter holds a sine driven 6 dB over full scale at −1 dBTP without clipping it into
+    /// harmonics, delaying it by its 1 ms look-ahead.
+    @Test func theLimiterKeepsPeaksUnderTheCeilingWithoutClipping() {
+        var limiter = PeakLimiter()
+        var out: [Float] = []
+        for frame in 0..<50 {
+            var samples = [Float](repeating: 0, count: 1_920)
+            for i in 0..<960 {
+                let x = Float(2 * sin(2 * Double.pi * 1_000 * Double(frame * 960 + i) / 48_000))
+                samples[2 * i] = x
+                samples[2 * i + 1] = x
+            }
+            samples.withUnsafeMutableBufferPointer { limiter.process($0) }
+            out += samples
+        }
+        let left = Spectrum.left(out)
+        #expect((left.map(abs).max() ?? 9) <= PeakLimiter.ceiling + 1e-4)
+        let steady = Array(left[24_000..<48_000])
+        #expect(abs(Spectrum.dBFS(steady) - (20 * log10(0.891) - 3.01)) < 0.5, "steady level \(Spectrum.dBFS(steady))")
+        #expect(Spectrum.level(at: 3_000, steady) < Spectrum.level(at: 1_000, steady) - 40, "harmonics from clipping")
+        #expect(left[0..<PeakLimiter.lookahead].allSatisfy { $0 == 0 })
+    }
+
+    /// Turning normalisation off mid-track glides back to the source's level instead of jumping.
+    @Test func turningItOffGlidesBack() throws {
+        let directory = try TemporaryDirectory()
+        // A steady 1 kHz sine at −34 LUFS, so that each frame's level is the gain's.
+        let file = try MediaFixture.tone(1_000, seconds: 7, into: directory.path, name: "quiet.wav", sampleRate: 48_000, volume: 0.02)
+        let pipeline = try Pipeline(source: ResolvedSource(location: file, displayName: "t"), encoder: OpusEncoderConfiguration())
+        let decoder = try OpusDecoder()
+        var levels: [Double] = []
+        var frame = 0
+        while case .value(let packet) = try pipeline.nextPacket(volume: 100, normalize: frame < 150) {
+            levels.append(Spectrum.dBFS(try decoder.decode(packet)))
+            frame += 1
+        }
+        // Raised by 20 dB, then back down within half a second, never by more than 1.5 dB a frame.
+        #expect(levels[140] - levels[300] > 17, "\(levels[140]) then \(levels[300])")
+        let steps = zip(levels[150..<200], levels[151..<201]).map { $1 - $0 }
+        #expect(steps.allSatisfy { abs($0) < 1.5 }, "\(steps)")
+        #expect(abs(levels[180] - levels[300]) < 2)
+    }
+
+    @Test func theTargetIsConfiguredInLUFS() throws {
+        #expect(try EngineConfiguration(environment: [:]).playback.loudnessTarget == -14)
+        #expect(try EngineConfiguration(environment: ["TONEARM_LOUDNESS_TARGET": "-16.5"]).playback.loudnessTarget == -16.5)
+        for wrong in ["-3", "-41", "loud", "nan"] {
+            #expect(throws: ConfigurationError.self) { try EngineConfiguration(environment: ["TONEARM_LOUDNESS_TARGET": wrong]) }
+        }
+    }
+
+    static func meter(_ stereo: [Float]) -> Double? {
+        var meter = LoudnessMeter()
+        var copy = stereo
+        copy.withUnsafeMutableBufferPointer { meter.add($0) }
+        return meter.loudness
+    }
+
+    /// Plays a file through the pipeline and decodes the Opus that comes out.
+    static func play(_ file: String, normalize: Bool, target: Double = LoudnessNormalizer.defaultTarget) throws -> [Float] {
+        let pipeline = try Pipeline(
+            source: ResolvedSource(location: file, displayName: "t"), encoder: OpusEncoderConfiguration(), loudnessTarget: target)
+        let decoder = try OpusDecoder()
+        var pcm: [Float] = []
+        while case .value(let packet) = try pipeline.nextPacket(volume: 100, normalize: normalize) {
+            pcm += try decoder.decode(packet)
+        }
+        return pcm
+    }
+}
