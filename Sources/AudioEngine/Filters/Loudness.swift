@@ -125,17 +125,19 @@ package struct LoudnessNormalizer {
     /// The gain reached at the end of the last frame, in dB, and the one the measurement asks for.
     private(set) var gainDB: Double
     private var wantedDB: Double
-    private var limiter = PeakLimiter()
-    /// Normalisation was turned off: the gain glides to 0 dB, then the pipeline drops this.
+    private var limiter: PeakLimiter
+    /// Normalisation was turned off: the gain goes back to 0 dB over the next frame (as a volume
+    /// change does), then the limiter's delay is crossfaded away and the pipeline drops this.
     var stopping = false
+    /// The last frame has been crossfaded to the undelayed sound: dropping this changes nothing heard.
+    private(set) var isFinished = false
 
-    /// Turned off and back at 0 dB with the limiter idle: removing it now changes nothing heard
-    /// but the limiter's 1 ms delay.
-    var isFinished: Bool { stopping && gainDB == 0 && !limiter.isLimiting }
-
-    package init(target: Double, taggedLoudness: Double?) {
+    /// `midStream`: the play has been heard already, so the limiter's 1 ms delay is crossfaded in
+    /// over the first frame rather than starting with 1 ms of silence (a click).
+    package init(target: Double, taggedLoudness: Double?, midStream: Bool = false) {
         self.target = target
         self.taggedLoudness = taggedLoudness
+        limiter = PeakLimiter(fadeIn: midStream)
         let tagged = taggedLoudness.map { Self.clamp(target - $0) }
         gainDB = tagged ?? 0
         wantedDB = gainDB
@@ -153,11 +155,14 @@ package struct LoudnessNormalizer {
             }
             meter.acknowledge()
         }
+        if stopping && gainDB == 0 && !limiter.isLimiting {
+            limiter.process(samples, fadeOut: true)
+            isFinished = true
+            return
+        }
         let seconds = Double(frames) / FilterChain.sampleRate
-        let wanted = stopping ? 0 : wantedDB
-        let rate = meter.seconds < Self.settlingSeconds || stopping
-            ? Self.settlingRate : (wanted > gainDB ? Self.riseRate : Self.fallRate)
-        let next = gainDB + min(max(wanted - gainDB, -rate * seconds), rate * seconds)
+        let rate = meter.seconds < Self.settlingSeconds ? Self.settlingRate : (wantedDB > gainDB ? Self.riseRate : Self.fallRate)
+        let next = stopping ? 0 : gainDB + min(max(wantedDB - gainDB, -rate * seconds), rate * seconds)
         let start = Float(pow(10, gainDB / 20)), end = Float(pow(10, next / 20))
         gainDB = next
         let step = (end - start) / Float(max(frames, 1))
@@ -175,7 +180,8 @@ package struct LoudnessNormalizer {
 /// A look-ahead limiter that keeps the signal's true peak (estimated at twice the sample rate by
 /// cubic interpolation between samples) at or below −1 dBTP. The gain reaches what a peak needs by
 /// the time that peak is played (attack over the 1 ms look-ahead) and recovers over about 100 ms,
-/// so it shapes the envelope instead of clipping the wave. It delays the sound by its look-ahead.
+/// so it shapes the envelope instead of clipping the wave. It delays the sound by its look-ahead;
+/// started or stopped mid-play, that delay is crossfaded in or out over one frame.
 struct PeakLimiter {
     static let ceiling: Float = 0.891  // −1 dBTP
     static let lookahead = 48  // samples (1 ms at 48 kHz)
@@ -195,11 +201,21 @@ struct PeakLimiter {
     /// Samples since a required gain below 1 was last seen (past `window`, the minimum is 1).
     private var sinceLimit = window
     private var envelope: Float = 1
+    /// The first frame crossfades from the undelayed sound to the delayed one.
+    private var fadeIn: Bool
+
+    init(fadeIn: Bool = false) { self.fadeIn = fadeIn }
 
     /// Whether the limiter is reducing the gain (or about to).
     var isLimiting: Bool { envelope < 1 || sinceLimit < Self.window }
 
-    mutating func process(_ samples: UnsafeMutableBufferPointer<Float>) {
+    /// `fadeOut`: this frame crossfades from the delayed sound to the undelayed one (the last).
+    mutating func process(_ samples: UnsafeMutableBufferPointer<Float>, fadeOut: Bool = false) {
+        let crossfade = fadeIn || fadeOut
+        // The weight of the delayed sound goes 0 → 1 (fade in) or 1 → 0 (fade out) over the frame.
+        let weightStep = (fadeOut ? -1 : 1) / Float(max(samples.count / 2, 1))
+        var weight: Float = fadeOut ? 1 : 0
+        fadeIn = false
         var i = 0
         while i + 1 < samples.count {
             // Peak around the sample two behind: itself and the half-way points either side.
@@ -229,13 +245,20 @@ struct PeakLimiter {
             // The average of the minima is below every required gain in the window (attack); the
             // envelope follows it down at once and back up slowly (release).
             let average = min(minimaSum / Float(Self.window), 1)
-            envelope = min(average, envelope + (1 - envelope) * Self.release)
+            let released = envelope + (1 - envelope) * Self.release
+            envelope = min(average, released > 0.99999 ? 1 : released)
             let left = delay[delayIndex], right = delay[delayIndex + 1]
             delay[delayIndex] = samples[i]
             delay[delayIndex + 1] = samples[i + 1]
             delayIndex = delayIndex + 2 == delay.count ? 0 : delayIndex + 2
-            samples[i] = left * envelope
-            samples[i + 1] = right * envelope
+            if crossfade {
+                weight += weightStep
+                samples[i] = weight * left * envelope + (1 - weight) * samples[i]
+                samples[i + 1] = weight * right * envelope + (1 - weight) * samples[i + 1]
+            } else {
+                samples[i] = left * envelope
+                samples[i + 1] = right * envelope
+            }
             i += 2
         }
         // The running sum drifts with rounding; it is recomputed once a frame.

@@ -41,6 +41,8 @@ final class Pipeline {
     private var skipPacketsBeforeMS: Int64?
     /// Whether the last packet went out untouched.
     private(set) var passthrough = false
+    /// A packet of this play has been produced (a normaliser started now must not start with silence).
+    private var heard = false
 
     private let encodeTime: CoreMetrics.Timer?
     private let packetsSkipped: CoreMetrics.Counter?
@@ -155,10 +157,11 @@ final class Pipeline {
     /// Turns normalisation on or off. Turned on, it measures from here; a track whose tag puts it
     /// within 0.5 LU of the target needs nothing (and an Opus source stays passthrough).
     private func setNormalization(_ on: Bool) {
+        // Turned off, the gain went back to 0 dB and the limiter's delay was crossfaded away
+        // before the normaliser goes (no jump, no click).
+        if normalizer?.isFinished == true { normalizer = nil }
         guard on else {
-            // Turned off: the gain glides back to 0 dB before the normaliser goes (no jump).
             normalizer?.stopping = true
-            if normalizer?.isFinished == true { normalizer = nil }
             return
         }
         guard normalizer == nil else {
@@ -166,7 +169,7 @@ final class Pipeline {
             return
         }
         if let tagged = info?.taggedLoudness, abs(tagged - loudnessTarget) < 0.5 { return }
-        normalizer = LoudnessNormalizer(target: loudnessTarget, taggedLoudness: info?.taggedLoudness)
+        normalizer = LoudnessNormalizer(target: loudnessTarget, taggedLoudness: info?.taggedLoudness, midStream: heard)
     }
 
     private func nextFromOpusSource(_ decoder: MediaDecoder, target: Float) throws -> Next<[UInt8]> {
@@ -181,6 +184,7 @@ final class Pipeline {
                 if OpusPacket.isSingle20msFrame(packet.data) {
                     opusDecoder = nil
                     passthrough = true
+                    heard = true
                     previousPacket = packet.data
                     return .value(packet.data)
                 }
@@ -270,7 +274,9 @@ final class Pipeline {
         defer { encodeTime?.recordNanoseconds(Self.nanoseconds(ContinuousClock.now - started)) }
         let encoder = try encoder ?? OpusEncoder(configuration: encoderConfiguration)
         self.encoder = encoder
-        return try pcm.withUnsafeBufferPointer { try encoder.encode($0) { Array($0) } }
+        let packet = try pcm.withUnsafeBufferPointer { try encoder.encode($0) { Array($0) } }
+        heard = true
+        return packet
     }
 
     private static func nanoseconds(_ duration: Duration) -> Int64 {
