@@ -252,9 +252,10 @@ struct PeakLimiter {
             delay[delayIndex + 1] = samples[i + 1]
             delayIndex = delayIndex + 2 == delay.count ? 0 : delayIndex + 2
             if crossfade {
+                // For this one frame, the envelope reaches the undelayed part 1 ms late.
                 weight += weightStep
-                samples[i] = weight * left * envelope + (1 - weight) * samples[i]
-                samples[i + 1] = weight * right * envelope + (1 - weight) * samples[i + 1]
+                samples[i] = (weight * left + (1 - weight) * samples[i]) * envelope
+                samples[i + 1] = (weight * right + (1 - weight) * samples[i + 1]) * envelope
             } else {
                 samples[i] = left * envelope
                 samples[i + 1] = right * envelope
