@@ -91,6 +91,9 @@ import Testing
         #expect(loudness(["REPLAYGAIN_TRACK_GAIN": "nan dB"]) == nil)
         #expect(loudness(["REPLAYGAIN_TRACK_GAIN": "1e308 dB"]) == nil)
         #expect(loudness(["R128_TRACK_GAIN": "99999999999999999999"]) == nil)
+        // Int.min: abs() of it traps, which would take the engine and every session down.
+        #expect(loudness(["R128_TRACK_GAIN": "-9223372036854775808"]) == nil)
+        #expect(loudness(["R128_TRACK_GAIN": "15361"]) == nil)
         #expect(loudness(["REPLAYGAIN_TRACK_GAIN": "loud"]) == nil)
         #expect(loudness([:]) == nil)
     }

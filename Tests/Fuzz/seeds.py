@@ -70,6 +70,9 @@ media = [
     ("tone.wma", ["-ar", "22050", "-c:a", "wmav2", "-b:a", "32k"]),
     ("tone.aac", ["-ar", "16000", "-c:a", "aac", "-b:a", "16k"]),
     ("tone.caf", ["-ar", "11025", "-c:a", "pcm_s16le"]),
+    # Loudness tags, read as untrusted text (an R128 gain of Int.min once trapped in abs()).
+    ("tagged.opus", ["-c:a", "libopus", "-b:a", "32k", "-metadata", "R128_TRACK_GAIN=-9223372036854775808"]),
+    ("tagged.flac", ["-c:a", "flac", "-metadata", "REPLAYGAIN_TRACK_GAIN=-6.50 dB"]),
 ]
 for name, args in media:
     os.makedirs(os.path.join(out, "FuzzMedia"), exist_ok=True)

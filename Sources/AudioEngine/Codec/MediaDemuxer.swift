@@ -213,8 +213,9 @@ final class MediaDemuxer: PacketSource {
     /// REPLAYGAIN_TRACK_GAIN ("-6.5 dB", a gain to 89 dB SPL, taken as −18 LUFS). The text is the
     /// source's, so anything that is not a plain number within ±60 dB is ignored.
     static func taggedLoudness(_ tag: (String) -> String?) -> Double? {
+        // A range check, not abs(): abs(Int.min) traps, and "-9223372036854775808" parses to it.
         if let text = tag("R128_TRACK_GAIN"), let q78 = Int(text.trimmingCharacters(in: .whitespaces)),
-            abs(q78) <= 60 * 256
+            (-60 * 256...60 * 256).contains(q78)
         {
             return -23 - Double(q78) / 256
         }

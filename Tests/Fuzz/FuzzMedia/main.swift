@@ -23,7 +23,8 @@ public func fuzzMedia(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
     let bytes = UnsafeRawBufferPointer(start: start, count: count)
     guard FileManager.default.createFile(atPath: path, contents: Data(bytes)) else { return 0 }
     defer { unlink(path) }
-    // The last byte picks the volume and where to seek (as a user might, at any time).
+    // The last byte picks the volume, where to seek (as a user might, at any time) and, by its
+    // lowest bit, loudness normalisation (on by default; its meter and limiter see every sample).
     let knob = Int(bytes.last ?? 0)
     do {
         // libopus is not what is searched here, and at complexity 10 it would take most of the time.
@@ -32,7 +33,7 @@ public func fuzzMedia(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
         let limit = WireFormat.maxFrameLength - SessionID.wireLength
         for frame in 0..<12 {
             if frame == 4 { try pipeline.seek(toMS: Int64(knob) * 37) }
-            guard case .value(let packet) = try pipeline.nextPacket(volume: knob * 4) else { break }
+            guard case .value(let packet) = try pipeline.nextPacket(volume: knob * 4, normalize: knob & 1 == 0) else { break }
             precondition(!packet.isEmpty && packet.count <= limit, "a packet of \(packet.count) bytes")
         }
     } catch {
