@@ -55,6 +55,19 @@ import Testing
         #expect(abs(start.integrated - (-22)) < 1, "first 0.5 s at \(start.integrated)")
     }
 
+    /// A loud track is lowered as soon as its first 100 ms are measured, not glided down: a 1 kHz
+    /// tone at −6 LUFS is at the target from its 10th frame (200 ms).
+    @Test func aLoudTrackIsLoweredOnceItsFirst100msAreMeasured() throws {
+        let directory = try TemporaryDirectory()
+        let file = try MediaFixture.tone(1_000, seconds: 3, into: directory.path, name: "loud.wav", sampleRate: 48_000, volume: 0.5)
+        let left = Spectrum.left(try Self.play(file, normalize: true))
+        func level(_ frame: Int) -> Double { Spectrum.dBFS(Array(left[(frame * 960)..<((frame + 1) * 960)])) }
+        #expect(level(2) - level(100) > 7, "the first frames are the source's: \(level(2)) then \(level(100))")
+        for frame in 10..<20 {
+            #expect(abs(level(frame) - level(100)) < 0.5, "frame \(frame): \(level(frame)), later \(level(100))")
+        }
+    }
+
     /// No pumping: music that swells and fades by 12 dB every 4 s keeps its swells once the gain
     /// has settled — the normaliser follows the track's loudness, not its dynamics.
     @Test func theMusicsOwnDynamicsAreKept() throws {

@@ -112,11 +112,12 @@ package struct LoudnessNormalizer {
     static let targetRange = -40.0 ... -5.0
     /// The most a quiet track is raised and a loud one lowered.
     static let gainRange = -30.0...24.0
-    /// How fast the gain may move, in dB per second: quickly while the first 3 s are measured
-    /// (a quiet track is not heard quiet for long), then slowly, and faster down than up, so that
-    /// what is heard does not pump with the music.
+    /// How fast the gain may move, in dB per second: while the first 3 s are measured, down at
+    /// once (over one frame: a loud track is heard too loud only until its first 100 ms are
+    /// measured) and up quickly (a quiet track is not heard quiet for long); then slowly, and
+    /// faster down than up, so that what is heard does not pump with the music.
     static let settlingSeconds = 3.0
-    static let settlingRate = 60.0, riseRate = 1.5, fallRate = 6.0
+    static let settlingRise = 60.0, settlingFall = Double.infinity, riseRate = 1.5, fallRate = 6.0
 
     let target: Double
     /// From the track's tags: the gain is known at once and fixed, and nothing is measured.
@@ -161,8 +162,10 @@ package struct LoudnessNormalizer {
             return
         }
         let seconds = Double(frames) / FilterChain.sampleRate
-        let rate = meter.seconds < Self.settlingSeconds ? Self.settlingRate : (wantedDB > gainDB ? Self.riseRate : Self.fallRate)
-        let next = stopping ? 0 : gainDB + min(max(wantedDB - gainDB, -rate * seconds), rate * seconds)
+        let settling = meter.seconds < Self.settlingSeconds
+        let rise = (settling ? Self.settlingRise : Self.riseRate) * seconds
+        let fall = (settling ? Self.settlingFall : Self.fallRate) * seconds
+        let next = stopping ? 0 : gainDB + min(max(wantedDB - gainDB, -fall), rise)
         let start = Float(pow(10, gainDB / 20)), end = Float(pow(10, next / 20))
         gainDB = next
         let step = (end - start) / Float(max(frames, 1))
