@@ -96,6 +96,23 @@ import Testing
         }
     }
 
+    /// An Opus source whose R128 tag puts it at the target needs nothing: it stays passthrough
+    /// (byte-identical packets) with normalisation on; one tagged 6 dB away is decoded.
+    @Test func anOpusSourceTaggedAtTheTargetStaysPassthrough() throws {
+        let directory = try TemporaryDirectory()
+        for (gain, passthrough) in [(-2304, true), (-3840, false)] {
+            let file = directory.file("tagged\(gain).opus")
+            try MediaFixture.ffmpeg([
+                "-f", "lavfi", "-i", "sine=f=440:d=1:sample_rate=48000", "-ac", "2", "-c:a", "libopus", "-b:a", "96k",
+                "-frame_duration", "20", "-metadata", "R128_TRACK_GAIN=\(gain)", file,
+            ])
+            let pipeline = try Pipeline(source: ResolvedSource(location: file, displayName: "t"), encoder: OpusEncoderConfiguration())
+            #expect(pipeline.info?.taggedLoudness == -23 - Double(gain) / 256)
+            for _ in 0..<10 { _ = try pipeline.nextPacket(volume: 100, normalize: true) }
+            #expect(pipeline.passthrough == passthrough, "R128_TRACK_GAIN=\(gain)")
+        }
+    }
+
     @Test func tagsAreReadOnlyWhenTheyArePlainNumbers() {
         func loudness(_ tags: [String: String]) -> Double? { MediaDemuxer.taggedLoudness { tags[$0] } }
         #expect(loudness(["R128_TRACK_GAIN": "-2304"]) == -14)

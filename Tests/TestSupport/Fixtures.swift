@@ -39,16 +39,14 @@ public enum MediaFixture {
     }
 
     /// Decodes `file` with the ffmpeg command line to 48 kHz mono float samples.
-    public static func decodeMono(_ file: String) throws -> [Float] {
-        let pcm = file + ".f32"
-        try ffmpeg(["-i", file, "-f", "f32le", "-ac", "1", "-ar", "48000", pcm])
-        return try Data(contentsOf: URL(fileURLWithPath: pcm)).withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
-    }
+    public static func decodeMono(_ file: String) throws -> [Float] { try decode(file, channels: 1) }
 
     /// Decodes `file` with the ffmpeg command line to 48 kHz interleaved stereo float samples.
-    public static func decodeStereo(_ file: String) throws -> [Float] {
-        let pcm = file + ".stereo.f32"
-        try ffmpeg(["-i", file, "-f", "f32le", "-ac", "2", "-ar", "48000", pcm])
+    public static func decodeStereo(_ file: String) throws -> [Float] { try decode(file, channels: 2) }
+
+    private static func decode(_ file: String, channels: Int) throws -> [Float] {
+        let pcm = file + ".\(channels)ch.f32"
+        try ffmpeg(["-i", file, "-f", "f32le", "-ac", "\(channels)", "-ar", "48000", pcm])
         return try Data(contentsOf: URL(fileURLWithPath: pcm)).withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
     }
 
@@ -58,8 +56,10 @@ public enum MediaFixture {
     }
 }
 
-/// Runs a command-line tool from PATH, failing with its error output on a non-zero exit.
-public func runTool(_ name: String, _ arguments: [String]) throws {
+/// Runs a command-line tool from PATH, failing with its error output on a non-zero exit; returns
+/// that output (where ffmpeg's filters such as `ebur128` write their summary).
+@discardableResult
+public func runTool(_ name: String, _ arguments: [String]) throws -> String {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
     process.arguments = [name] + arguments
@@ -69,9 +69,11 @@ public func runTool(_ name: String, _ arguments: [String]) throws {
     try process.run()
     let output = errors.fileHandleForReading.readDataToEndOfFile()
     process.waitUntilExit()
+    let text = String(decoding: output, as: UTF8.self)
     guard process.terminationStatus == 0 else {
-        throw FixtureError("\(name) \(arguments.joined(separator: " ")) failed: \(String(decoding: output, as: UTF8.self))")
+        throw FixtureError("\(name) \(arguments.joined(separator: " ")) failed: \(text)")
     }
+    return text
 }
 
 /// A TCP port that was free a moment ago.

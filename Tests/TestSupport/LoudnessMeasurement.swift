@@ -24,17 +24,10 @@ public enum LoudnessMeasurement {
     }
 
     private static func measure(_ input: [String]) throws -> Summary {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["ffmpeg", "-nostdin", "-hide_banner", "-nostats"] + input + ["-af", "ebur128=peak=true", "-f", "null", "-"]
-        let errors = Pipe()
-        process.standardError = errors
-        process.standardOutput = FileHandle.nullDevice
-        try process.run()
-        let output = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        guard process.terminationStatus == 0, let summary = output.range(of: "Summary:") else {
-            throw FixtureError("ffmpeg ebur128 failed: \(output.suffix(500))")
+        let output = try runTool(
+            "ffmpeg", ["-nostdin", "-hide_banner", "-nostats"] + input + ["-af", "ebur128=peak=true", "-f", "null", "-"])
+        guard let summary = output.range(of: "Summary:") else {
+            throw FixtureError("ffmpeg ebur128 printed no summary: \(output.suffix(500))")
         }
         let text = output[summary.upperBound...]
         func value(after label: String) throws -> Double {

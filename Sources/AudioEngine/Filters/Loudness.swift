@@ -29,9 +29,6 @@ struct LoudnessMeter {
     private var blocks = 0
     private var gatedEnergy = 0.0
 
-    /// Whether a 100 ms sub-block has ended since this was last reset by the caller.
-    private(set) var measuredSinceCheck = false
-
     /// The track's integrated loudness so far; before the first 400 ms block, the loudness of what
     /// has been heard; nil while everything has been below the absolute gate (silence).
     var loudness: Double? {
@@ -46,9 +43,11 @@ struct LoudnessMeter {
     /// Seconds of audible sound measured.
     var seconds: Double { Double(audibleSubblocks) * 0.1 }
 
-    mutating func acknowledge() { measuredSinceCheck = false }
-
-    mutating func add(_ samples: UnsafeMutableBufferPointer<Float>) {
+    /// Measures the samples; returns whether a 100 ms sub-block ended among them (the loudness
+    /// may have changed).
+    @discardableResult
+    mutating func add(_ samples: UnsafeMutableBufferPointer<Float>) -> Bool {
+        var ended = false
         var i = 0
         let s = Self.shelf, h = Self.highPass
         while i + 1 < samples.count {
@@ -66,9 +65,13 @@ struct LoudnessMeter {
             }
             subblockSum += energy
             subblockFill += 1
-            if subblockFill == Self.subblockSamples { endSubblock() }
+            if subblockFill == Self.subblockSamples {
+                endSubblock()
+                ended = true
+            }
             i += 2
         }
+        return ended
     }
 
     private mutating func endSubblock() {
@@ -78,7 +81,6 @@ struct LoudnessMeter {
         if Self.lufs(meanSquare) > Self.lowest { audibleSubblocks += 1 }
         subblockSum = 0
         subblockFill = 0
-        measuredSinceCheck = true
         guard subblocks >= 4 else { return }
         let energy = recent.reduce(0, +) / 4
         let level = Self.lufs(energy)
@@ -144,17 +146,21 @@ package struct LoudnessNormalizer {
         wantedDB = gainDB
     }
 
+    /// Whether a track needs normalising at all: not when its tag puts it within 0.5 LU of the
+    /// target (an Opus source then stays passthrough).
+    static func isNeeded(taggedLoudness: Double?, target: Double) -> Bool {
+        taggedLoudness.map { abs($0 - target) >= 0.5 } ?? true
+    }
+
     private static func clamp(_ gain: Double) -> Double { min(max(gain, gainRange.lowerBound), gainRange.upperBound) }
 
     /// Measures, scales and limits one frame of interleaved stereo in place.
     package mutating func process(_ samples: UnsafeMutableBufferPointer<Float>) {
         let frames = samples.count / 2
         if taggedLoudness == nil && !stopping {
-            meter.add(samples)
-            if meter.measuredSinceCheck, let measured = meter.loudness {
+            if meter.add(samples), let measured = meter.loudness {
                 wantedDB = Self.clamp(target - measured)
             }
-            meter.acknowledge()
         }
         if stopping && gainDB == 0 && !limiter.isLimiting {
             limiter.process(samples, fadeOut: true)

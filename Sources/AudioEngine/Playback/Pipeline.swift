@@ -168,7 +168,7 @@ final class Pipeline {
             normalizer?.stopping = false
             return
         }
-        if let tagged = info?.taggedLoudness, abs(tagged - loudnessTarget) < 0.5 { return }
+        guard LoudnessNormalizer.isNeeded(taggedLoudness: info?.taggedLoudness, target: loudnessTarget) else { return }
         normalizer = LoudnessNormalizer(target: loudnessTarget, taggedLoudness: info?.taggedLoudness, midStream: heard)
     }
 

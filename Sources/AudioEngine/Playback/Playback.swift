@@ -199,7 +199,7 @@ final class Playback: @unchecked Sendable {
                 announced = true
                 let plain = outbox.withLockedValue { box in
                     box.volume == 100 && box.filters.isEmpty
-                        && (!box.normalize || info.taggedLoudness.map { abs($0 - loudnessTarget) < 0.5 } == true)
+                        && !(box.normalize && LoudnessNormalizer.isNeeded(taggedLoudness: info.taggedLoudness, target: loudnessTarget))
                 }
                 push(.opened(info, passthrough: info.isOpusStereo48k && plain), frames: 0, generation: nil)
             }
