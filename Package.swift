@@ -222,7 +222,7 @@ if Context.environment["TONEARM_FUZZ"] != nil {
         ("FuzzWire", ["WireProtocol", .product(name: "NIOCore", package: "swift-nio")]),
         ("FuzzEvents", ["WireProtocol"]),
         ("FuzzCommands", ["TonearmRouter", "WireProtocol", "ServiceSupport"]),
-        ("FuzzMedia", ["AudioEngine", "WireProtocol", "ServiceSupport", "CFFmpeg"]),
+        ("FuzzMedia", ["AudioEngine", "WireProtocol", "EngineAPI", "ServiceSupport", "CFFmpeg"]),
     ]
     package.targets.append(.target(name: "CFuzzDriver", path: "Tests/Fuzz/CFuzzDriver"))
     for (name, dependencies) in fuzzTargets {

@@ -96,6 +96,23 @@ let benchmarks: @Sendable () -> Void = {
         }
     }
 
+    // The timescale's cost per 20 ms of source taken in (docs/benchmarks.md: timescale): each
+    // step takes one frame and gives every frame it then can (0.8 at rate 1.25, 0.67 at speed 1.5).
+    let timescaleCases: [(String, Timescale)] = [
+        ("rate 1.25 (nightcore: resampling only)", Timescale(rate: 1.25)),
+        ("speed 1.5 (time-stretching only)", Timescale(speed: 1.5)),
+        ("pitch 1.25 (both)", Timescale(pitch: 1.25)),
+    ]
+    for (name, settings) in timescaleCases {
+        frameBenchmark("timescale: one 20 ms stereo frame of source at \(name)", configuration: perFrame) {
+            var stage = TimescaleStage(settings)
+            return { frame in
+                stage.push(UnsafeBufferPointer(frame))
+                while stage.pull(into: frame) != nil {}
+            }
+        }
+    }
+
     for sessions in [60, 500] {
         let fixture = TickFixture(sessions: sessions)
         Benchmark(

@@ -14,10 +14,12 @@ public struct Filters: Sendable, Equatable, Codable {
     public var distortion: Distortion?
     public var channelMix: ChannelMix?
     public var lowPass: LowPass?
+    public var timescale: Timescale?
 
     public init(
         equalizer: [EqualizerBand] = [], karaoke: Karaoke? = nil, tremolo: Tremolo? = nil, vibrato: Vibrato? = nil,
-        rotation: Rotation? = nil, distortion: Distortion? = nil, channelMix: ChannelMix? = nil, lowPass: LowPass? = nil
+        rotation: Rotation? = nil, distortion: Distortion? = nil, channelMix: ChannelMix? = nil, lowPass: LowPass? = nil,
+        timescale: Timescale? = nil
     ) {
         self.equalizer = equalizer
         self.karaoke = karaoke
@@ -27,6 +29,7 @@ public struct Filters: Sendable, Equatable, Codable {
         self.distortion = distortion
         self.channelMix = channelMix
         self.lowPass = lowPass
+        self.timescale = timescale
     }
 
     public init(from decoder: any Decoder) throws {
@@ -39,11 +42,12 @@ public struct Filters: Sendable, Equatable, Codable {
         distortion = try container.decodeIfPresent(Distortion.self, forKey: .distortion)
         channelMix = try container.decodeIfPresent(ChannelMix.self, forKey: .channelMix)
         lowPass = try container.decodeIfPresent(LowPass.self, forKey: .lowPass)
+        timescale = try container.decodeIfPresent(Timescale.self, forKey: .timescale)
     }
 
     /// The JSON names of every filter (a client's fields under these are the filters' own).
     public static let names: Set<String> = [
-        "equalizer", "karaoke", "tremolo", "vibrato", "rotation", "distortion", "channelMix", "lowPass",
+        "equalizer", "karaoke", "tremolo", "vibrato", "rotation", "distortion", "channelMix", "lowPass", "timescale",
     ]
 
     /// The names of the filters other than the equalizer that are set (for logs).
@@ -51,15 +55,18 @@ public struct Filters: Sendable, Equatable, Codable {
         [
             ("karaoke", karaoke != nil), ("tremolo", tremolo != nil), ("vibrato", vibrato != nil),
             ("rotation", rotation != nil), ("distortion", distortion != nil), ("channelMix", channelMix != nil),
-            ("lowPass", lowPass != nil),
+            ("lowPass", lowPass != nil), ("timescale", timescale != nil),
         ].compactMap { $0.1 ? $0.0 : nil }
     }
+
+    /// How fast the source's time runs against real time (the timescale's speed × rate).
+    public var sourceRate: Double { timescale?.sourceRate ?? 1 }
 
     /// Whether the filters leave the sound as it is.
     public var isEmpty: Bool {
         equalizer.allSatisfy { $0.gain == 0 } && (karaoke?.level ?? 0) == 0 && tremolo == nil && vibrato == nil
             && (rotation?.rotationHz ?? 0) == 0 && distortion == nil && (channelMix ?? .identity) == .identity
-            && (lowPass?.smoothing ?? 1) <= 1
+            && (lowPass?.smoothing ?? 1) <= 1 && (timescale ?? Timescale()).isIdentity
     }
 
     /// The equalizer's 15 bands, centre frequencies in Hz (Lavalink's, ⅔ octave apart).
@@ -116,6 +123,13 @@ public struct Filters: Sendable, Equatable, Codable {
             ]
         }
         if let lowPass { checks.append(Limit("lowPass.smoothing", lowPass.smoothing, 0...1_000)) }
+        if let timescale {
+            checks += [
+                Limit("timescale.speed", timescale.speed, Timescale.allowed),
+                Limit("timescale.pitch", timescale.pitch, Timescale.allowed),
+                Limit("timescale.rate", timescale.rate, Timescale.allowed),
+            ]
+        }
         return checks.lazy.compactMap(\.problem).first
     }
 
@@ -135,6 +149,39 @@ public struct Filters: Sendable, Equatable, Codable {
             allowed.contains(value) ? nil : "\(name) is \(value); it must be from \(allowed.lowerBound) to \(allowed.upperBound)"
         }
     }
+}
+
+/// Lavalink's timescale: `speed` plays faster or slower at the same pitch, `pitch` raises or lowers
+/// the pitch at the same speed, `rate` does both (a record played faster). Positions stay in the
+/// source's time, which runs at speed × rate.
+public struct Timescale: Sendable, Equatable, Codable {
+    public var speed: Double
+    public var pitch: Double
+    public var rate: Double
+
+    /// Each factor's range. Speed × rate is how fast the source is read and pitch × rate how much
+    /// is time-stretched per frame: at most 4× each, so no session can cost more than that.
+    public static let allowed: ClosedRange<Double> = 0.5...2
+
+    public init(speed: Double = 1, pitch: Double = 1, rate: Double = 1) {
+        self.speed = speed
+        self.pitch = pitch
+        self.rate = rate
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(
+            speed: try c.decodeIfPresent(Double.self, forKey: .speed) ?? 1,
+            pitch: try c.decodeIfPresent(Double.self, forKey: .pitch) ?? 1,
+            rate: try c.decodeIfPresent(Double.self, forKey: .rate) ?? 1)
+    }
+
+    /// Whether it leaves the sound as it is.
+    public var isIdentity: Bool { speed == 1 && pitch == 1 && rate == 1 }
+
+    /// How fast the source's time runs against real time.
+    public var sourceRate: Double { speed * rate }
 }
 
 /// One equalizer band's gain.

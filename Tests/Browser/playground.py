@@ -188,6 +188,17 @@ def controls(browser, url, _):
     set_range(a.page, "#seek", 6000)
     check(hears(a.page, 640, 4), "seek to 6 s plays the 640 Hz step")
     check(wait(lambda: 6000 <= a.page.evaluate("Number(document.getElementById('seek').value)") < 9000, 2), "the seek bar follows")
+    # Nightcore (Lavalink's timescale at rate 1.25): the 560 Hz step at 4 s is heard at 700 Hz,
+    # and the seek bar runs at the track's speed, 1.25 s a second.
+    a.page.select_option("#effect", "nightcore")
+    check(wait(lambda: (a.page.evaluate("tonearm.state.filters").get("timescale") or {}).get("rate") == 1.25, 3), "nightcore is set")
+    set_range(a.page, "#seek", 4000)
+    check(hears(a.page, 700, 2), f"nightcore raises the 560 Hz step to 700 Hz (heard {frequency(a.page):.0f} Hz)")
+    bar = "Number(document.getElementById('seek').value)"
+    start, started = a.page.evaluate(bar), time.monotonic()
+    time.sleep(2)
+    moved, elapsed = a.page.evaluate(bar) - start, time.monotonic() - started
+    check(abs(moved - 1250 * elapsed) < 300, f"the seek bar moved {moved:.0f} ms in {elapsed:.2f} s (1.25 s a second)")
 
 
 def queue(browser, url, _):

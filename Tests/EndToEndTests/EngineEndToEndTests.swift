@@ -154,6 +154,42 @@ func milliseconds(_ duration: Duration) -> Double {
         socket.close()
     }
 
+    /// Lavalink's timescale through the real engine: `progress` positions move in the track's
+    /// time (2 s a second at speed 2), and a seek under a pitch lands where it was asked and is
+    /// heard there, at the raised pitch.
+    @Test func aTimescaleKeepsPositionsAndSeeksInTheTracksTime() async throws {
+        let harness = try EngineHarness()
+        try Signal.steps(seconds: 40, into: harness.media, name: "steps.mp3")
+        let socket = try await harness.start()
+        defer { Task { await harness.stop() } }
+        let s = "timescale"
+        #expect(try await harness.post("/session/\(s)/play", #"{"url":"steps.mp3"}"#).status == 202)
+        #expect(await eventually(timeout: .seconds(10)) { socket.packets(s).count >= 50 })
+        let mark = socket.count
+        #expect(try await harness.post("/session/\(s)/filters", #"{"timescale":{"speed":2}}"#).status == 200)
+        func progress() -> [Int64] {
+            socket.events(s, from: mark).filter { $0.event.type == .progress }.compactMap(\.event.positionMS)
+        }
+        #expect(await eventually(timeout: .seconds(10)) { progress().count >= 4 })
+        let positions = progress()
+        // The first second after the change straddles it; every later one covers 2 s of the track.
+        for (earlier, later) in zip(positions.dropFirst(), positions.dropFirst(2)) {
+            #expect(abs(later - earlier - 2_000) <= 40, "progress positions \(positions)")
+        }
+
+        #expect(try await harness.post("/session/\(s)/filters", #"{"timescale":{"pitch":1.5}}"#).status == 200)
+        let seekMark = socket.count
+        #expect(try await harness.post("/session/\(s)/seek", #"{"position_ms":10000}"#).status == 200)
+        #expect(await eventually { socket.packets(s, from: seekMark).count >= 60 })
+        let seeked = try #require(socket.firstEvent(s, .seeked, from: seekMark))
+        let after = socket.packets(s, from: seekMark).filter { $0.at >= seeked.at }
+        let heard = try Signal.secondsHeard(Array(after.prefix(50)).map(\.data))
+        #expect(abs(heard[0] - 1.5 * Signal.stepFrequency(second: 10)) < 8, "after the seek heard \(heard) Hz")
+        let position = try await harness.get("/session/\(s)").json["position_ms"] as? Int ?? 0
+        #expect((10_000...13_000).contains(position), "position \(position) ms after seeking to 10 s")
+        socket.close()
+    }
+
     @Test func anHttpSourceThatStallsAndDropsPlaysWithoutAGapOrARepeat() async throws {
         let harness = try EngineHarness()
         let served = try TemporaryDirectory(prefix: "tonearm-www")

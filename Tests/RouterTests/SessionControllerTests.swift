@@ -253,6 +253,24 @@ final class ScriptedEngine: EngineControl {
         #expect(await controller.state.status == "idle")
     }
 
+    /// Under a timescale the track's time runs at speed × rate: the position the Router answers
+    /// between `progress` events moves that fast (the seek bar agrees with what is heard).
+    @Test func aTimescaleMovesThePositionAtItsRate() async throws {
+        let engine = ScriptedEngine()
+        let (controller, _) = controller(engine)
+        try await controller.perform(.enqueue(url: "list"))
+        await controller.handle(ready(1))
+        try await controller.perform(.filters(Filters(timescale: Timescale(speed: 1.5))))
+        #expect(engine.calls.contains { $0.hasPrefix("filters") }, "\(engine.calls)")
+        let started = ContinuousClock.now
+        await controller.handle(WireEvent(type: .progress, sessionID: id, playID: 1, positionMS: 10_000))
+        try await Task.sleep(for: .milliseconds(400))
+        let moved = Double(await controller.state.positionMS - 10_000)
+        let elapsed = ContinuousClock.now - started
+        let most = 1.5 * (Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15)
+        #expect(moved >= 600 && moved <= most + 1, "moved \(moved) ms; 400 ms at 1.5× is 600")
+    }
+
     @Test func settingsAndPositionArePersistedAndResumeAfterARestart() async throws {
         let engine = ScriptedEngine()
         let (controller, persisted) = controller(engine)

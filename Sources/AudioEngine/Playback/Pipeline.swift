@@ -27,15 +27,26 @@ final class Pipeline {
     /// The gain the last frame ended on; the next frame ramps from here to the target.
     private var gain: Float = 1
     private var filterChain = FilterChain()
+    /// Present while a timescale is set: it takes source frames and gives output frames.
+    private var timescale: TimescaleStage?
+    /// A source frame on its way into the timescale stage.
+    private var sourceFrame = [Float](repeating: 0, count: OpusEncoder.frameFloats)
+    /// The source ended under a timescale: silence goes in until the stage has played what it took.
+    private var sourceEnded = false
+    /// The source time the last packet covers, in microseconds: 20,000 but under a timescale.
+    private(set) var lastSourceMicros = 20_000
     /// Present while normalisation is on; its measurement lasts as long as the play.
     private var normalizer: LoudnessNormalizer?
     /// Normalisation's target loudness in LUFS.
     private let loudnessTarget: Double
 
-    // Opus sources: the libopus decoder used while transcoding, and its pending samples.
+    // Opus sources: the libopus decoder used while transcoding.
     private var opusSource = false
     private var opusDecoder: OpusDecoder?
-    private var opusFIFO: [Float] = []
+    /// Decoded source samples waiting to be played: an Opus source's packets decode into it, and a
+    /// timescale turned off hands back what it took but did not play. Played before the source.
+    private var decoded: [Float] = []
+    private var scratch = [Float](repeating: 0, count: OpusEncoder.frameFloats)
     private var previousPacket: [UInt8]?
     /// After a seek: compressed packets that start before this are skipped.
     private var skipPacketsBeforeMS: Int64?
@@ -122,22 +133,129 @@ final class Pipeline {
     func nextPacket(volume: Int, filters: Filters = Filters(), normalize: Bool = false) throws -> Next<[UInt8]> {
         guard case .ready(let decoder) = stage else { return .pending }
         filterChain.set(filters)
+        setTimescale(filters.timescale)
         setNormalization(normalize)
         let target = Float(volume) / 100
         do {
-            if opusSource {
-                return try nextFromOpusSource(decoder, target: target)
+            if opusSource && target == 1 && gain == 1 && decoded.isEmpty && filterChain.isIdentity && normalizer == nil
+                && timescale == nil
+            {
+                let packet: CompressedPacket
+                switch try nextSourcePacket(decoder) {
+                case .end: return .end
+                case .pending: return .pending
+                case .value(let next): packet = next
+                }
+                if OpusPacket.isSingle20msFrame(packet.data) {
+                    opusDecoder = nil
+                    passthrough = true
+                    heard = true
+                    previousPacket = packet.data
+                    lastSourceMicros = 20_000
+                    return .value(packet.data)
+                }
+                try decodeIntoFIFO(packet.data)
             }
-            switch try decoder.readFrame(into: &pcm) {
-            case .end: return .end
-            case .pending: return .pending
-            case .value: break
+            if timescale != nil {
+                switch try stretchedFrame(decoder) {
+                case .end: return .end
+                case .pending: return .pending
+                case .value(let micros): lastSourceMicros = micros
+                }
+            } else {
+                switch try readSourceFrame(decoder, into: &pcm) {
+                case .end: return .end
+                case .pending: return .pending
+                case .value: lastSourceMicros = 20_000
+                }
             }
         } catch let error as MediaError {
             throw APIError.unplayable(error)
         }
         passthrough = false
         return .value(try encodeFrame(target: target))
+    }
+
+    /// The next 20 ms of decoded source: what is waiting in `decoded` first, then the source's.
+    private func readSourceFrame(_ decoder: MediaDecoder, into frame: inout [Float]) throws -> Next<Void> {
+        let needed = OpusEncoder.frameFloats
+        if !opusSource && decoded.isEmpty { return try decoder.readFrame(into: &frame) }
+        while decoded.count < needed {
+            let next: Next<Void>
+            if opusSource {
+                switch try nextSourcePacket(decoder) {
+                case .value(let packet):
+                    try decodeIntoFIFO(packet.data)
+                    next = .value(())
+                case .end: next = .end
+                case .pending: next = .pending
+                }
+            } else {
+                next = try decoder.readFrame(into: &scratch)
+                if case .value = next { decoded += scratch }
+            }
+            switch next {
+            case .value: continue
+            case .pending: return .pending
+            case .end:
+                guard !decoded.isEmpty else { return .end }
+                // The final partial frame, padded with silence.
+                decoded.append(contentsOf: repeatElement(0, count: needed - decoded.count))
+            }
+        }
+        if frame.count != needed { frame = [Float](repeating: 0, count: needed) }
+        frame.withUnsafeMutableBufferPointer { out in
+            decoded.withUnsafeBufferPointer { source in
+                guard let to = out.baseAddress, let from = source.baseAddress else { return }
+                to.update(from: from, count: needed)
+            }
+        }
+        decoded.removeFirst(needed)
+        return .value(())
+    }
+
+    /// The next frame through the timescale stage into `pcm`, and the source time it covers.
+    private func stretchedFrame(_ decoder: MediaDecoder) throws -> Next<Int> {
+        while true {
+            if timescale?.hasPlayedAll == true { return .end }
+            if let micros = pcm.withUnsafeMutableBufferPointer({ timescale?.pull(into: $0) }) ?? nil {
+                return .value(micros)
+            }
+            if sourceEnded {
+                sourceFrame.withUnsafeMutableBufferPointer { $0.update(repeating: 0) }
+            } else {
+                switch try readSourceFrame(decoder, into: &sourceFrame) {
+                case .pending: return .pending
+                case .value: break
+                case .end:
+                    // What the stage holds is still to be heard: silence pushes it out.
+                    sourceEnded = true
+                    timescale?.sourceEnded()
+                    sourceFrame.withUnsafeMutableBufferPointer { $0.update(repeating: 0) }
+                }
+            }
+            sourceFrame.withUnsafeBufferPointer { timescale?.push($0) }
+        }
+    }
+
+    /// Starts, changes or ends the timescale. Ended, the source it took but did not play goes back
+    /// in front of the source, so the output goes on from where it was.
+    private func setTimescale(_ settings: Timescale?) {
+        guard let settings, !settings.isIdentity else {
+            guard let released = timescale?.release() else { return }
+            timescale = nil
+            // After the source's end this is its last moments and the silence that pushed them.
+            sourceEnded = false
+            // An Opus source goes back to passthrough once `decoded` is empty: whole frames only
+            // (less than 20 ms of the source is skipped).
+            decoded = opusSource ? Array(released.prefix(released.count / OpusEncoder.frameFloats * OpusEncoder.frameFloats)) + decoded : released + decoded
+            return
+        }
+        if timescale == nil {
+            timescale = TimescaleStage(settings)
+        } else {
+            timescale?.set(settings)
+        }
     }
 
     /// Moves to `positionMS`; the next packet is the frame that starts there.
@@ -148,7 +266,9 @@ final class Pipeline {
         } catch {
             throw APIError.unplayable(error)
         }
-        opusFIFO.removeAll(keepingCapacity: true)
+        decoded.removeAll(keepingCapacity: true)
+        if let settings = timescale?.settings { timescale = TimescaleStage(settings) }
+        sourceEnded = false
         opusDecoder = nil
         previousPacket = nil
         skipPacketsBeforeMS = opusSource ? positionMS : nil
@@ -170,48 +290,6 @@ final class Pipeline {
         }
         guard LoudnessNormalizer.isNeeded(taggedLoudness: info?.taggedLoudness, target: loudnessTarget) else { return }
         normalizer = LoudnessNormalizer(target: loudnessTarget, taggedLoudness: info?.taggedLoudness, midStream: heard)
-    }
-
-    private func nextFromOpusSource(_ decoder: MediaDecoder, target: Float) throws -> Next<[UInt8]> {
-        while true {
-            if target == 1 && gain == 1 && opusFIFO.isEmpty && filterChain.isIdentity && normalizer == nil {
-                let packet: CompressedPacket
-                switch try nextSourcePacket(decoder) {
-                case .end: return .end
-                case .pending: return .pending
-                case .value(let next): packet = next
-                }
-                if OpusPacket.isSingle20msFrame(packet.data) {
-                    opusDecoder = nil
-                    passthrough = true
-                    heard = true
-                    previousPacket = packet.data
-                    return .value(packet.data)
-                }
-                try decodeIntoFIFO(packet.data)
-            }
-            if opusFIFO.count >= OpusEncoder.frameFloats {
-                pcm.withUnsafeMutableBufferPointer { out in
-                    opusFIFO.withUnsafeBufferPointer { source in
-                        guard let to = out.baseAddress, let from = source.baseAddress else { return }
-                        to.update(from: from, count: out.count)
-                    }
-                }
-                opusFIFO.removeFirst(OpusEncoder.frameFloats)
-                passthrough = false
-                return .value(try encodeFrame(target: target))
-            }
-            switch try nextSourcePacket(decoder) {
-            case .pending:
-                return .pending
-            case .end:
-                guard !opusFIFO.isEmpty else { return .end }
-                // The final partial frame, padded with silence.
-                opusFIFO.append(contentsOf: repeatElement(0, count: OpusEncoder.frameFloats - opusFIFO.count))
-            case .value(let packet):
-                try decodeIntoFIFO(packet.data)
-            }
-        }
     }
 
     private func nextSourcePacket(_ decoder: MediaDecoder) throws(MediaError) -> Next<CompressedPacket> {
@@ -239,7 +317,7 @@ final class Pipeline {
             opusDecoder = decoder
         }
         do {
-            opusFIFO += try decoder.decode(packet)
+            decoded += try decoder.decode(packet)
         } catch {
             packetsSkipped?.increment()
             invalidInARow += 1

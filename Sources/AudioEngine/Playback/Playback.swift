@@ -10,7 +10,8 @@ import WireProtocol
 enum OutboxItem {
     /// The source opened; the pacer moves the session to Streaming and emits `ready`.
     case opened(MediaInfo, passthrough: Bool)
-    case frame([UInt8], passthrough: Bool)
+    /// An encoded frame, and the source time it covers in µs (20,000 but under a timescale).
+    case frame([UInt8], passthrough: Bool, sourceMicros: Int)
     /// The play is over: `finished` (source ended) or `error` (it failed).
     case end(FinishReason, APIError?)
 }
@@ -231,7 +232,8 @@ final class Playback: @unchecked Sendable {
                     push(.end(.finished, nil), frames: 0, generation: generation)
                     return
                 case .value(let packet):
-                    push(.frame(packet, passthrough: pipeline.passthrough), frames: 1, generation: generation)
+                    push(
+                        .frame(packet, passthrough: pipeline.passthrough, sourceMicros: pipeline.lastSourceMicros), frames: 1, generation: generation)
                 }
             } catch {
                 push(.end(.error, APIError.wrap(error)), frames: 0, generation: generation)

@@ -19,6 +19,8 @@ struct EngineSession {
     /// Position of the first frame sent since the play started or last seeked.
     var positionBaseMS: Int64 = 0
     var framesSinceBase: UInt64 = 0
+    /// The source time those frames covered (20 ms each, but under a timescale), in µs.
+    var sourceMicrosSinceBase: Int64 = 0
     /// A frame of the current play (since its start or last seek) has gone out: from then on a
     /// missing frame counts as nulled.
     var playStarted = false
@@ -27,5 +29,5 @@ struct EngineSession {
 
     init(normalize: Bool) { self.normalize = normalize }
 
-    var positionMS: Int64 { MediaTime.sum(positionBaseMS, Int64(min(framesSinceBase, 1 << 40)) * 20) }
+    var positionMS: Int64 { MediaTime.sum(positionBaseMS, min(sourceMicrosSinceBase, 1 << 50) / 1_000) }
 }

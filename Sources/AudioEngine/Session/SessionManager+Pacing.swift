@@ -66,9 +66,9 @@ extension SessionManager {
             case .opened(let info, let passthrough):
                 opened(id, playback, info: info, passthrough: passthrough, &session, into: &batch)
                 continue  // a marker: the frame, if any, follows it in this tick
-            case .frame(let packet, let passthrough):
+            case .frame(let packet, let passthrough, let sourceMicros):
                 if batch.append(packet, for: id) { counted.sent = 1 } else { counted.nulled = 1 }
-                sent(id, playback, passthrough: passthrough, &session, into: &batch)
+                sent(id, playback, passthrough: passthrough, sourceMicros: sourceMicros, &session, into: &batch)
             case .end(let reason, let error):
                 ended(id, playback, reason: reason, error: error, &session, into: &batch)
             }
@@ -97,11 +97,12 @@ extension SessionManager {
 
     /// A frame went into the batch: the position moves on, `progress` once a second.
     private func sent(
-        _ id: SessionID, _ playback: Playback, passthrough: Bool, _ session: inout EngineSession,
+        _ id: SessionID, _ playback: Playback, passthrough: Bool, sourceMicros: Int, _ session: inout EngineSession,
         into batch: inout TickBatch
     ) {
         session.playStarted = true
         session.framesSinceBase += 1
+        session.sourceMicrosSinceBase += Int64(sourceMicros)
         session.passthrough = passthrough
         if session.framesSinceBase % configuration.progressInterval == 0 {
             batch.append(WireEvent(type: .progress, sessionID: id, playID: playback.playID, positionMS: session.positionMS))

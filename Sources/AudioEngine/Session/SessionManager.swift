@@ -92,6 +92,7 @@ package final class SessionManager: Sendable {
             session.passthrough = false
             session.positionBaseMS = startMS
             session.framesSinceBase = 0
+            session.sourceMicrosSinceBase = 0
             session.playStarted = false
             session.lastChange = .now
             state.sessions[sessionID] = session
@@ -184,6 +185,7 @@ package final class SessionManager: Sendable {
             session.playback?.requestSeek(toMS: target)
             session.positionBaseMS = target
             session.framesSinceBase = 0
+            session.sourceMicrosSinceBase = 0
             // What was encoded is dropped: until the first frame at the target goes out, an empty
             // deadline is the seek's latency, as at a play's start, not a late frame.
             session.playStarted = false

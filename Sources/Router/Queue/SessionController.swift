@@ -77,11 +77,13 @@ actor SessionController {
         return room
     }
 
-    /// Where the current track is now, in ms.
+    /// Where the current track is now, in ms of the track (which a timescale makes run faster or
+    /// slower than the clock).
     var position: Int64 {
         guard snapshot.queue.status == .playing else { return snapshot.positionMS }
         let elapsed = ContinuousClock.now - positionAt
-        let moved = elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000
+        let milliseconds = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
+        let moved = Int64(min(milliseconds * snapshot.filters.sourceRate, 1e15))
         let position = snapshot.positionMS + moved
         return snapshot.queue.currentTrack?.durationMS.map { min(position, $0) } ?? position
     }
@@ -157,6 +159,8 @@ actor SessionController {
         case .filters(let filters):
             if let problem = filters.problem { throw .badRequest("invalid_filters", problem) }
             if snapshot.queue.status != .idle { try await engine.control(id, .filters(filters)) }
+            // The track's time runs at the new rate from here.
+            if filters.sourceRate != snapshot.filters.sourceRate { setPosition(position) }
             snapshot.filters = filters
             changed()
         case .normalize(let enabled):

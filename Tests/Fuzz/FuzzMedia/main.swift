@@ -5,6 +5,7 @@
 // packets, the end, or an error the session reports — never a trap, a hang or a packet longer
 // than the wire carries.
 import CFFmpeg
+import EngineAPI
 import Foundation
 import ServiceSupport
 import WireProtocol
@@ -23,8 +24,10 @@ public func fuzzMedia(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
     let bytes = UnsafeRawBufferPointer(start: start, count: count)
     guard FileManager.default.createFile(atPath: path, contents: Data(bytes)) else { return 0 }
     defer { unlink(path) }
-    // The last byte picks the volume, where to seek (as a user might, at any time) and, by its
-    // lowest bit, loudness normalisation (on by default; its meter and limiter see every sample).
+    // The last byte picks the volume, where to seek (as a user might, at any time), by its
+    // lowest bit loudness normalisation (on by default; its meter and limiter see every sample)
+    // and by the next a timescale from the second frame to the ninth (started, reset by the seek,
+    // ended: each hands hostile samples to the stretch's search and back to the plain path).
     let knob = Int(bytes.last ?? 0)
     do {
         // libopus is not what is searched here, and at complexity 10 it would take most of the time.
@@ -33,7 +36,9 @@ public func fuzzMedia(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
         let limit = WireFormat.maxFrameLength - SessionID.wireLength
         for frame in 0..<12 {
             if frame == 4 { try pipeline.seek(toMS: Int64(knob) * 37) }
-            guard case .value(let packet) = try pipeline.nextPacket(volume: knob * 4, normalize: knob & 1 == 0) else { break }
+            let filters = knob & 2 != 0 && (1..<9).contains(frame) ? Filters(timescale: Timescale(speed: 1.5, pitch: 0.8)) : Filters()
+            guard case .value(let packet) = try pipeline.nextPacket(volume: knob * 4, filters: filters, normalize: knob & 1 == 0)
+            else { break }
             precondition(!packet.isEmpty && packet.count <= limit, "a packet of \(packet.count) bytes")
         }
     } catch {

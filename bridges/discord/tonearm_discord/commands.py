@@ -35,6 +35,9 @@ EFFECT_PRESETS: dict[str, dict[str, Any]] = {
     "vibrato": {"vibrato": {"frequency": 4.0, "depth": 0.5}},
     "muffled": {"lowPass": {"smoothing": 20.0}},
     "mono": {"channelMix": {"leftToLeft": 0.5, "leftToRight": 0.5, "rightToLeft": 0.5, "rightToRight": 0.5}},
+    "nightcore": {"timescale": {"speed": 1.0, "pitch": 1.0, "rate": 1.25}},
+    "vaporwave": {"timescale": {"speed": 1.0, "pitch": 1.0, "rate": 0.8}},
+    "faster": {"timescale": {"speed": 1.5, "pitch": 1.0, "rate": 1.0}},
 }
 
 

@@ -91,6 +91,9 @@ const EFFECTS = {
   "vibrato": { vibrato: { frequency: 4, depth: 0.5 } },
   "muffled": { lowPass: { smoothing: 20 } },
   "mono": { channelMix: { leftToLeft: 0.5, leftToRight: 0.5, rightToLeft: 0.5, rightToRight: 0.5 } },
+  "nightcore": { timescale: { speed: 1, pitch: 1, rate: 1.25 } },
+  "vaporwave": { timescale: { speed: 1, pitch: 1, rate: 0.8 } },
+  "faster": { timescale: { speed: 1.5, pitch: 1, rate: 1 } },
 };
 /** The session's filters other than the equalizer. */
 function effects() {
@@ -175,7 +178,10 @@ function time(ms) {
 
 function position() {
   if (!state) return 0;
-  const moved = state.status === "playing" ? performance.now() - stateAt : 0;
+  // A timescale makes the track's time run at speed × rate.
+  const timescale = state.filters?.timescale ?? {};
+  const rate = (timescale.speed ?? 1) * (timescale.rate ?? 1);
+  const moved = state.status === "playing" ? (performance.now() - stateAt) * rate : 0;
   return Math.min(state.position_ms + moved, state.duration_ms ?? Infinity);
 }
 
