@@ -334,3 +334,32 @@ public struct LowPass: Sendable, Equatable, Codable {
         self.init(smoothing: try c.decodeIfPresent(Double.self, forKey: .smoothing) ?? 20)
     }
 }
+
+extension DecodingError {
+    /// The filter (one of `Filters.names`) whose object the error is in: the first key of a
+    /// filters object, or the one under a body's `filters`. Both processes answer such an error
+    /// with `invalid_filters` naming it.
+    public var filterName: String? {
+        let path: [any CodingKey]
+        switch self {
+        case .typeMismatch(_, let context), .valueNotFound(_, let context), .keyNotFound(_, let context),
+            .dataCorrupted(let context):
+            path = context.codingPath
+        @unknown default: return nil
+        }
+        let keys = path.map(\.stringValue)
+        let start = keys.first == "filters" ? 1 : 0
+        guard keys.count > start, Filters.names.contains(keys[start]) else { return nil }
+        return keys[start]
+    }
+
+    /// What is wrong, in a few words that name the field (not Swift's description of the error).
+    public var fieldProblem: String {
+        switch self {
+        case .keyNotFound(let key, _): "an entry has no \"\(key.stringValue)\""
+        case .typeMismatch(_, let context), .valueNotFound(_, let context), .dataCorrupted(let context):
+            "\(context.codingPath.map { $0.intValue.map(String.init) ?? $0.stringValue }.joined(separator: ".")) has the wrong type or is out of range"
+        @unknown default: "it cannot be read"
+        }
+    }
+}

@@ -159,9 +159,19 @@ import WireProtocol
                     #expect(error.code == "invalid_filters" && error.message.contains(words), "\(error.message)")
                 }
             }
-            try await client.execute(
-                uri: "/session/x/filters", method: .post, body: ByteBuffer(string: #"{"equalizer":[{"band":"low","gain":0}]}"#)
-            ) { #expect($0.status == .badRequest) }
+            // A wrong type inside a filter is `invalid_filters` naming it, as the Router says it,
+            // on the filters call and inside a play.
+            for (uri, body, words) in [
+                ("/session/x/filters", #"{"equalizer":[{"band":"low","gain":0}]}"#, "equalizer.0.band"),
+                ("/session/x/filters", #"{"timescale":{"speed":"fast"}}"#, "timescale.speed"),
+                ("/session/y/play", #"{"url":"a.mp3","filters":{"tremolo":5}}"#, "filters.tremolo"),
+            ] {
+                try await client.execute(uri: uri, method: .post, body: ByteBuffer(string: body)) { response in
+                    #expect(response.status == .badRequest)
+                    let error = try ControlAPITests.error(response)
+                    #expect(error.code == "invalid_filters" && error.message.contains(words), "\(body): \(error.message)")
+                }
+            }
             try await client.execute(
                 uri: "/session/x/filters", method: .post, body: ByteBuffer(string: #"{"equalizer":[{"band":8,"gain":0.25}]}"#)
             ) { response in

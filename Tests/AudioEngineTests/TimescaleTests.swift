@@ -106,6 +106,31 @@ import Testing
         #expect(abs(covered - 1_000_000) <= 20_000, "\(covered) µs")
     }
 
+    /// An Opus source is decoded while a timescale is on and goes back to passthrough (the
+    /// source's own packets) once it is off, having dropped less than 20 ms of the track to do so.
+    @Test func anOpusSourceReturnsToPassthroughWhenTheTimescaleEnds() throws {
+        let directory = try TemporaryDirectory()
+        let file = directory.file("tone.webm")
+        // A sweep, not a tone: a tone repeats, so the stretch can keep its windows on whole frames.
+        try MediaFixture.ffmpeg([
+            "-f", "lavfi", "-i", "aevalsrc=0.25*sin(2*PI*(200*t+150*t*t)):s=48000:d=3", "-ac", "2", "-c:a", "libopus", file,
+        ])
+        let pipeline = try Pipeline(source: ResolvedSource(location: file, displayName: "t"), encoder: OpusEncoderConfiguration())
+        var passthrough: [Bool] = [], covered = 0, frame = 0
+        while true {
+            let filters = (10..<40).contains(frame) ? Filters(timescale: Timescale(speed: 1.5)) : Filters()
+            guard case .value = try pipeline.nextPacket(volume: 100, filters: filters) else { break }
+            passthrough.append(pipeline.passthrough)
+            covered += pipeline.lastSourceMicros
+            frame += 1
+        }
+        #expect(passthrough[0..<10].allSatisfy { $0 })
+        #expect(passthrough[10..<40].allSatisfy { !$0 })
+        let back = try #require(passthrough[40...].firstIndex(of: true), "never passthrough again")
+        #expect(back <= 45 && passthrough[back...].allSatisfy { $0 }, "passthrough again from frame \(back)")
+        #expect((2_960_000...3_040_000).contains(covered), "\(covered) µs of the track")
+    }
+
     @Test func factorsOutsideTheirRangeAreNamed() {
         #expect(Filters(timescale: Timescale(speed: 3)).problem == "timescale.speed is 3.0; it must be from 0.5 to 2.0")
         #expect(Filters(timescale: Timescale(rate: 0.1)).problem == "timescale.rate is 0.1; it must be from 0.5 to 2.0")

@@ -96,11 +96,11 @@ enum CommandParsing {
         }
         do {
             return try JSONDecoder().decode(Arguments.self, from: data)
-        } catch let error as DecodingError where error.filter == "equalizer" {
+        } catch let error as DecodingError where error.filterName == "equalizer" {
             throw .badRequest(
-                "invalid_filters", "equalizer is a list of {\"band\": 0 to 14, \"gain\": -0.25 to 1.0}: \(error.problem)")
-        } catch let error as DecodingError where error.filter != nil {
-            throw .badRequest("invalid_filters", "\(error.filter ?? "") is an object of numbers: \(error.problem)")
+                "invalid_filters", "equalizer is a list of {\"band\": 0 to 14, \"gain\": -0.25 to 1.0}: \(error.fieldProblem)")
+        } catch let error as DecodingError where error.filterName != nil {
+            throw .badRequest("invalid_filters", "\(error.filterName ?? "") is an object of numbers: \(error.fieldProblem)")
         } catch let DecodingError.typeMismatch(_, context) where !context.codingPath.isEmpty {
             let field = context.codingPath[0].stringValue
             throw .badRequest("invalid_\(field)", "\(field) has the wrong type: \(context.debugDescription)")
@@ -162,24 +162,3 @@ enum CommandParsing {
     }
 }
 
-extension DecodingError {
-    /// The filter argument (`equalizer`, `karaoke`, …) the error is inside, if it is in one.
-    fileprivate var filter: String? {
-        switch self {
-        case .typeMismatch(_, let context), .valueNotFound(_, let context), .keyNotFound(_, let context),
-            .dataCorrupted(let context):
-            context.codingPath.first.map(\.stringValue).flatMap { Filters.names.contains($0) ? $0 : nil }
-        @unknown default: nil
-        }
-    }
-
-    /// What is wrong, in a few words.
-    fileprivate var problem: String {
-        switch self {
-        case .keyNotFound(let key, _): "an entry has no \"\(key.stringValue)\""
-        case .typeMismatch(_, let context), .valueNotFound(_, let context), .dataCorrupted(let context):
-            "\(context.codingPath.map(\.stringValue).joined(separator: ".")) has the wrong type or is out of range"
-        @unknown default: "it cannot be read"
-        }
-    }
-}

@@ -61,6 +61,8 @@ def test_every_command_against_the_router(cluster):
                 assert filters["rotation"] == {"rotationHz": 0.2} and filters["equalizer"][0]["gain"] == 0.25
                 assert await commands.equalizer("flat") == "Equalizer off."
                 assert (await link.command("state"))["filters"] == {"equalizer": [], "rotation": {"rotationHz": 0.2}}
+                assert await commands.effect("nightcore") == "Effect: nightcore."
+                assert (await link.command("state"))["filters"]["timescale"] == {"speed": 1, "pitch": 1, "rate": 1.25}
                 assert await commands.effect("none") == "Effect off."
                 assert (await link.command("state"))["filters"] == {"equalizer": []}
                 assert (await link.command("state"))["normalize"] is True
