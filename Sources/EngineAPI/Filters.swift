@@ -337,9 +337,8 @@ public struct LowPass: Sendable, Equatable, Codable {
 
 extension DecodingError {
     /// The filter (one of `Filters.names`) whose object the error is in: the first key of a
-    /// filters object, or the one under a body's `filters`. Both processes answer such an error
-    /// with `invalid_filters` naming it.
-    public var filterName: String? {
+    /// filters object, or the one under a body's `filters`.
+    var filterName: String? {
         let path: [any CodingKey]
         switch self {
         case .typeMismatch(_, let context), .valueNotFound(_, let context), .keyNotFound(_, let context),
@@ -353,8 +352,19 @@ extension DecodingError {
         return keys[start]
     }
 
-    /// What is wrong, in a few words that name the field (not Swift's description of the error).
-    public var fieldProblem: String {
+    /// The words both processes answer `invalid_filters` with when a filter's JSON has the wrong
+    /// shape, naming the field (not Swift's description of the error); nil when the error is not
+    /// inside a filter.
+    public var filterProblem: String? {
+        guard let name = filterName else { return nil }
+        if name == "equalizer" {
+            return "equalizer is a list of {\"band\": 0 to 14, \"gain\": -0.25 to 1.0}: \(fieldProblem)"
+        }
+        return "\(name) is an object of numbers: \(fieldProblem)"
+    }
+
+    /// What is wrong, in a few words that name the field.
+    private var fieldProblem: String {
         switch self {
         case .keyNotFound(let key, _): "an entry has no \"\(key.stringValue)\""
         case .typeMismatch(_, let context), .valueNotFound(_, let context), .dataCorrupted(let context):

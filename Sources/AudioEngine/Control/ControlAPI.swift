@@ -52,9 +52,9 @@ struct ControlAPI: Sendable {
         let data = Data(buffer.readableBytesView)
         do {
             return try JSONDecoder().decode(T.self, from: data)
-        } catch let error as DecodingError where error.filterName != nil {
-            // As the Router answers it: the filter named, in words.
-            throw APIError.badRequest("invalid_filters", "\(error.filterName ?? "") is not as expected: \(error.fieldProblem)")
+        } catch let error as DecodingError where error.filterProblem != nil {
+            // In the Router's words: the filter and the field named.
+            throw APIError.badRequest("invalid_filters", error.filterProblem ?? "")
         } catch {
             if case DecodingError.dataCorrupted = error, let field = JSONCoding.fieldsBeyond64Bits(in: data).first {
                 throw APIError.badRequest("invalid_json", "\"\(field)\" is out of range")

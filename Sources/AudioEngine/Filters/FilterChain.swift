@@ -27,6 +27,9 @@ public struct FilterChain {
     public var isIdentity: Bool { applied.isEmpty }
 
     public mutating func set(_ filters: Filters) {
+        // The timescale is not the chain's: the pipeline's timescale stage runs it before.
+        var filters = filters
+        filters.timescale = nil
         guard filters != applied else { return }
         applied = filters
         equalizer.set(filters)

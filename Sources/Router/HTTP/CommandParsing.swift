@@ -96,11 +96,8 @@ enum CommandParsing {
         }
         do {
             return try JSONDecoder().decode(Arguments.self, from: data)
-        } catch let error as DecodingError where error.filterName == "equalizer" {
-            throw .badRequest(
-                "invalid_filters", "equalizer is a list of {\"band\": 0 to 14, \"gain\": -0.25 to 1.0}: \(error.fieldProblem)")
-        } catch let error as DecodingError where error.filterName != nil {
-            throw .badRequest("invalid_filters", "\(error.filterName ?? "") is an object of numbers: \(error.fieldProblem)")
+        } catch let error as DecodingError where error.filterProblem != nil {
+            throw .badRequest("invalid_filters", error.filterProblem ?? "")
         } catch let DecodingError.typeMismatch(_, context) where !context.codingPath.isEmpty {
             let field = context.codingPath[0].stringValue
             throw .badRequest("invalid_\(field)", "\(field) has the wrong type: \(context.debugDescription)")
