@@ -95,6 +95,38 @@ func milliseconds(_ duration: Duration) -> Double {
         socket.close()
     }
 
+    /// Half a second encoded ahead (25 frames), and a change of volume or filters is still heard
+    /// in the next frame or two sent: the frames waiting are rendered again with it. (Rendered
+    /// only after them, the change would come 25 frames late.)
+    @Test func volumeAndFiltersAreHeardInTheNextFramesHoweverLongTheLead() async throws {
+        let harness = try EngineHarness(environment: ["TONEARM_ENCODE_LEAD_FRAMES": "25"])
+        try Signal.steps(seconds: 40, into: harness.media, name: "steps.mp3")
+        let socket = try await harness.start()
+        defer { Task { await harness.stop() } }
+        let s = "lead"
+        #expect(try await harness.post("/session/\(s)/play", #"{"url":"steps.mp3","normalize":false}"#).status == 202)
+        #expect(await eventually(timeout: .seconds(10)) { socket.packets(s).count >= 100 })
+        // The tone is the same in both channels: karaoke takes it out.
+        let changes = [
+            ("volume", #"{"volume":30}"#), ("volume", #"{"volume":100}"#), ("filters", #"{"karaoke":{}}"#), ("filters", "{}"),
+        ]
+        for (command, body) in Array(repeating: changes, count: 2).joined() {
+            try await Task.sleep(for: .milliseconds(400))
+            let before = try Signal.levels(socket.packets(s).suffix(40).map(\.data)).suffix(10)
+            let level = before.reduce(0, +) / Double(before.count)
+            let mark = socket.count
+            #expect(try await harness.post("/session/\(s)/\(command)", body).status == 200)
+            try await Task.sleep(for: .milliseconds(300))
+            let window = socket.packets(s, from: mark)
+            let levels = try Signal.levels(socket.packets(s).suffix(window.count + 30).map(\.data)).suffix(window.count)
+            let firstAffected = try #require(levels.firstIndex { abs($0 - level) > 0.4 }, "\(command) \(body) was never heard")
+            #expect(firstAffected - levels.startIndex <= 3, "\(command) \(body) heard \(firstAffected - levels.startIndex) frames after the request")
+        }
+        let frames = try await harness.get("/session/\(s)").json["frames"] as? [String: Any]
+        #expect(frames?["nulled"] as? Int == 0)
+        socket.close()
+    }
+
     @Test func opusPassthroughIsByteIdenticalAndVolumeSwitchesItOffAndOn() async throws {
         let harness = try EngineHarness()
         let file = harness.media + "/chord.webm"

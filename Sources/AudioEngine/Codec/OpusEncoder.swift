@@ -31,6 +31,10 @@ public final class OpusEncoder {
     static let maxPacketBytes = 4_000
 
     private let encoder: OpaquePointer
+    /// Bytes of the encoder's state: libopus keeps it in one position-independent block that
+    /// can be copied as it is (opus.h), which is how a frame can be encoded again from the
+    /// state before it.
+    public static let stateBytes = Int(opus_encoder_get_size(Int32(channels)))
     private var output = [UInt8](repeating: 0, count: OpusEncoder.maxPacketBytes)
 
     public init(configuration: OpusEncoderConfiguration = .init()) throws(OpusError) {
@@ -58,6 +62,21 @@ public final class OpusEncoder {
         return try output.withUnsafeBytes { try body(UnsafeRawBufferPointer(rebasing: $0[0..<Int(length)])) }
     }
 
+    /// Copies the encoder's whole state into `state` (`stateBytes` long).
+    public func save(into state: inout [UInt8]) {
+        if state.count != Self.stateBytes { state = [UInt8](repeating: 0, count: Self.stateBytes) }
+        state.withUnsafeMutableBytes { $0.baseAddress?.copyMemory(from: UnsafeRawPointer(encoder), byteCount: Self.stateBytes) }
+    }
+
+    /// Puts back a state `save(into:)` copied from this encoder: the next frame is encoded as if
+    /// nothing had been encoded since.
+    public func restore(from state: [UInt8]) {
+        precondition(state.count == Self.stateBytes, "an encoder state is \(Self.stateBytes) bytes")
+        state.withUnsafeBytes { saved in
+            guard let from = saved.baseAddress else { return }
+            UnsafeMutableRawPointer(encoder).copyMemory(from: from, byteCount: Self.stateBytes)
+        }
+    }
 
     private static func check(_ code: Int32, _ operation: String) throws(OpusError) {
         guard code == OPUS_OK else { throw OpusError(code: code, operation: operation) }

@@ -20,13 +20,10 @@ final class Pipeline {
     /// What the source holds, once it is open.
     private(set) var info: MediaInfo?
     private let startMS: Int64
-    /// Created at the first frame that needs encoding: a passthrough play never pays for one.
-    private var encoder: OpusEncoder?
-    private let encoderConfiguration: OpusEncoderConfiguration
+    /// Loudness, filters, gain and the encoder (created at the first frame that needs encoding:
+    /// a passthrough play never pays for one).
+    let renderer: FrameRenderer
     private var pcm = [Float](repeating: 0, count: OpusEncoder.frameFloats)
-    /// The gain the last frame ended on; the next frame ramps from here to the target.
-    private var gain: Float = 1
-    private var filterChain = FilterChain()
     /// Present while a timescale is set: it takes source frames and gives output frames.
     private var timescale: TimescaleStage?
     /// A source frame on its way into the timescale stage.
@@ -35,10 +32,6 @@ final class Pipeline {
     private var sourceEnded = false
     /// The source time the last packet covers, in microseconds: 20,000 but under a timescale.
     private(set) var lastSourceMicros = 20_000
-    /// Present while normalisation is on; its measurement lasts as long as the play.
-    private var normalizer: LoudnessNormalizer?
-    /// Normalisation's target loudness in LUFS.
-    private let loudnessTarget: Double
 
     // Opus sources: the libopus decoder used while transcoding.
     private var opusSource = false
@@ -52,10 +45,7 @@ final class Pipeline {
     private var skipPacketsBeforeMS: Int64?
     /// Whether the last packet went out untouched.
     private(set) var passthrough = false
-    /// A packet of this play has been produced (a normaliser started now must not start with silence).
-    private var heard = false
 
-    private let encodeTime: CoreMetrics.Timer?
     private let packetsSkipped: CoreMetrics.Counter?
     /// Invalid packets in a row; this many (a second's worth) end the play as corrupt.
     private var invalidInARow = 0
@@ -65,12 +55,12 @@ final class Pipeline {
     /// of its own, and `open()` says when it is ready.
     init(
         source: ResolvedSource, encoder configuration: OpusEncoderConfiguration, startMS: Int64 = 0,
-        loudnessTarget: Double = LoudnessNormalizer.defaultTarget, metrics: EngineMetrics? = nil, network: SourceNetwork? = nil
+        loudnessTarget: Double = LoudnessNormalizer.defaultTarget, lead: Int = PlaybackConfiguration().leadFrames,
+        metrics: EngineMetrics? = nil, network: SourceNetwork? = nil
     ) throws {
-        self.loudnessTarget = loudnessTarget
-        encodeTime = metrics?.encodeTime
+        renderer = FrameRenderer(
+            encoder: configuration, loudnessTarget: loudnessTarget, keep: lead, encodeTime: metrics?.encodeTime)
         packetsSkipped = metrics?.sourcePacketsSkipped
-        encoderConfiguration = configuration
         self.startMS = startMS
         if source.isNetwork {
             guard let network else {
@@ -122,6 +112,7 @@ final class Pipeline {
 
     private func start(_ decoder: MediaDecoder) throws {
         info = decoder.info
+        renderer.taggedLoudness = decoder.info.taggedLoudness
         opusSource = decoder.info.isOpusStereo48k
         if startMS > 0 { try seek(toMS: startMS) }
     }
@@ -132,14 +123,11 @@ final class Pipeline {
     /// loudness if `normalize`.
     func nextPacket(volume: Int, filters: Filters = Filters(), normalize: Bool = false) throws -> Next<[UInt8]> {
         guard case .ready(let decoder) = stage else { return .pending }
-        filterChain.set(filters)
+        let settings = RenderSettings(volume: volume, filters: filters, normalize: normalize)
         setTimescale(filters.timescale)
-        setNormalization(normalize)
-        let target = Float(volume) / 100
+        renderer.apply(settings)
         do {
-            if opusSource && target == 1 && gain == 1 && decoded.isEmpty && filterChain.isIdentity && normalizer == nil
-                && timescale == nil
-            {
+            if opusSource && renderer.leavesUnchanged(volume: volume) && decoded.isEmpty && timescale == nil {
                 let packet: CompressedPacket
                 switch try nextSourcePacket(decoder) {
                 case .end: return .end
@@ -149,7 +137,7 @@ final class Pipeline {
                 if OpusPacket.isSingle20msFrame(packet.data) {
                     opusDecoder = nil
                     passthrough = true
-                    heard = true
+                    renderer.passedThrough()
                     previousPacket = packet.data
                     lastSourceMicros = 20_000
                     return .value(packet.data)
@@ -173,7 +161,7 @@ final class Pipeline {
             throw APIError.unplayable(error)
         }
         passthrough = false
-        return .value(try encodeFrame(target: target))
+        return .value(try pcm.withUnsafeBufferPointer { try renderer.render($0, settings: settings) })
     }
 
     /// The next 20 ms of decoded source: what is waiting in `decoded` first, then the source's.
@@ -267,29 +255,12 @@ final class Pipeline {
             throw APIError.unplayable(error)
         }
         decoded.removeAll(keepingCapacity: true)
+        renderer.forget()
         if let settings = timescale?.settings { timescale = TimescaleStage(settings) }
         sourceEnded = false
         opusDecoder = nil
         previousPacket = nil
         skipPacketsBeforeMS = opusSource ? positionMS : nil
-    }
-
-    /// Turns normalisation on or off. Turned on, it measures from here; a track whose tag puts it
-    /// within 0.5 LU of the target needs nothing (and an Opus source stays passthrough).
-    private func setNormalization(_ on: Bool) {
-        // Turned off, the gain went back to 0 dB and the limiter's delay was crossfaded away
-        // before the normaliser goes (no jump, no click).
-        if normalizer?.isFinished == true { normalizer = nil }
-        guard on else {
-            normalizer?.stopping = true
-            return
-        }
-        guard normalizer == nil else {
-            normalizer?.stopping = false
-            return
-        }
-        guard LoudnessNormalizer.isNeeded(taggedLoudness: info?.taggedLoudness, target: loudnessTarget) else { return }
-        normalizer = LoudnessNormalizer(target: loudnessTarget, taggedLoudness: info?.taggedLoudness, midStream: heard)
     }
 
     private func nextSourcePacket(_ decoder: MediaDecoder) throws(MediaError) -> Next<CompressedPacket> {
@@ -329,36 +300,6 @@ final class Pipeline {
         }
         invalidInARow = 0
         previousPacket = packet
-    }
-
-    /// Applies the filters and the gain (ramping linearly over this frame to `target`) and
-    /// encodes `pcm`.
-    private func encodeFrame(target: Float) throws -> [UInt8] {
-        if normalizer != nil { pcm.withUnsafeMutableBufferPointer { normalizer?.process($0) } }
-        pcm.withUnsafeMutableBufferPointer { filterChain.process($0) }
-        if gain != 1 || target != 1 {
-            let start = gain
-            let step = (target - start) / Float(OpusEncoder.samplesPerFrame)
-            pcm.withUnsafeMutableBufferPointer { samples in
-                for i in 0..<OpusEncoder.samplesPerFrame {
-                    let g = start + step * Float(i + 1)
-                    samples[2 * i] *= g
-                    samples[2 * i + 1] *= g
-                }
-            }
-            gain = target
-        }
-        let started = ContinuousClock.now
-        defer { encodeTime?.recordNanoseconds(Self.nanoseconds(ContinuousClock.now - started)) }
-        let encoder = try encoder ?? OpusEncoder(configuration: encoderConfiguration)
-        self.encoder = encoder
-        let packet = try pcm.withUnsafeBufferPointer { try encoder.encode($0) { Array($0) } }
-        heard = true
-        return packet
-    }
-
-    private static func nanoseconds(_ duration: Duration) -> Int64 {
-        duration.components.seconds * 1_000_000_000 + duration.components.attoseconds / 1_000_000_000
     }
 }
 

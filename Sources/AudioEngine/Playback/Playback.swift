@@ -10,8 +10,9 @@ import WireProtocol
 enum OutboxItem {
     /// The source opened; the pacer moves the session to Streaming and emits `ready`.
     case opened(MediaInfo, passthrough: Bool)
-    /// An encoded frame, and the source time it covers in µs (20,000 but under a timescale).
-    case frame([UInt8], passthrough: Bool, sourceMicros: Int)
+    /// An encoded frame, and the source time it covers in µs (20,000 but under a timescale);
+    /// `rendered` is its number in the pipeline's renderer (nil when it passed through).
+    case frame([UInt8], passthrough: Bool, sourceMicros: Int, rendered: UInt64?)
     /// The play is over: `finished` (source ended) or `error` (it failed).
     case end(FinishReason, APIError?)
 }
@@ -39,10 +40,29 @@ final class Playback: @unchecked Sendable {
         var filters = Filters()
         /// Whether the pipeline brings the track to the target loudness.
         var normalize = false
+        /// Volume, filters or normalisation changed: the frames encoded ahead are rendered again.
+        var renderAgain = false
         /// The source is resolved and may be opened (page URLs wait for yt-dlp).
         var source: ResolvedSource?
         /// The stream URL expired: reopen the (re-resolved) source at this position.
         var pendingReopenMS: Int64?
+
+        /// The renderer's numbers of the frames waiting, when every one was rendered and they
+        /// follow each other.
+        var renderedRun: Range<UInt64>? {
+            var run: Range<UInt64>?
+            for item in items {
+                guard case .frame(_, _, _, let number) = item else { continue }
+                guard let number else { return nil }
+                guard let sofar = run else {
+                    run = number..<number + 1
+                    continue
+                }
+                guard number == sofar.upperBound else { return nil }
+                run = sofar.lowerBound..<number + 1
+            }
+            return run
+        }
 
         /// Drops what was encoded ahead; a frame a worker is encoding now is discarded on arrival.
         mutating func discardEncoded() {
@@ -90,7 +110,8 @@ final class Playback: @unchecked Sendable {
     func claimFill(refillAt: Int) -> Bool {
         outbox.withLockedValue { box in
             guard !box.filling, !box.cancelled, box.source != nil,
-                box.pendingSeekMS != nil || box.pendingReopenMS != nil || (!box.ended && box.bufferedFrames <= refillAt)
+                box.pendingSeekMS != nil || box.pendingReopenMS != nil || (box.renderAgain && box.bufferedFrames > 0)
+                    || (!box.ended && box.bufferedFrames <= refillAt)
             else { return false }
             box.filling = true
             return true
@@ -149,15 +170,24 @@ final class Playback: @unchecked Sendable {
     var source: ResolvedSource? { outbox.withLockedValue { $0.source } }
 
     func setVolume(_ volume: Int) {
-        outbox.withLockedValue { $0.volume = volume }
+        outbox.withLockedValue { box in
+            box.volume = volume
+            box.renderAgain = true
+        }
     }
 
     func setFilters(_ filters: Filters) {
-        outbox.withLockedValue { $0.filters = filters }
+        outbox.withLockedValue { box in
+            box.filters = filters
+            box.renderAgain = true
+        }
     }
 
     func setNormalize(_ normalize: Bool) {
-        outbox.withLockedValue { $0.normalize = normalize }
+        outbox.withLockedValue { box in
+            box.normalize = normalize
+            box.renderAgain = true
+        }
     }
 
     /// Worker side: opens the pipeline if needed, carries out a pending seek, and encodes frames
@@ -174,7 +204,7 @@ final class Playback: @unchecked Sendable {
             pipeline = nil
             do {
                 pipeline = try Pipeline(
-                    source: source, encoder: configuration, startMS: position, loudnessTarget: loudnessTarget,
+                    source: source, encoder: configuration, startMS: position, loudnessTarget: loudnessTarget, lead: lead,
                     metrics: metrics, network: network)
                 outbox.withLockedValue { $0.pendingReopenMS = nil }
             } catch {
@@ -186,7 +216,7 @@ final class Playback: @unchecked Sendable {
             guard let source = outbox.withLockedValue({ $0.source }) else { return }
             do {
                 pipeline = try Pipeline(
-                    source: source, encoder: configuration, startMS: startMS, loudnessTarget: loudnessTarget,
+                    source: source, encoder: configuration, startMS: startMS, loudnessTarget: loudnessTarget, lead: lead,
                     metrics: metrics, network: network)
             } catch {
                 push(.end(.error, APIError.wrap(error)), frames: 0, generation: nil)
@@ -209,8 +239,8 @@ final class Playback: @unchecked Sendable {
             return
         }
         while true {
-            let (buffered, stop, seek, volume, filters, normalize, generation) = outbox.withLockedValue {
-                ($0.bufferedFrames, $0.cancelled, $0.pendingSeekMS, $0.volume, $0.filters, $0.normalize, $0.generation)
+            let (buffered, stop, seek, volume, filters, normalize, generation, again) = outbox.withLockedValue {
+                ($0.bufferedFrames, $0.cancelled, $0.pendingSeekMS, $0.volume, $0.filters, $0.normalize, $0.generation, $0.renderAgain)
             }
             if stop { return }
             if let seek {
@@ -223,6 +253,10 @@ final class Playback: @unchecked Sendable {
                 outbox.withLockedValue { if $0.generation == generation { $0.pendingSeekMS = nil } }
                 continue
             }
+            if again {
+                renderLeadAgain(pipeline.renderer)
+                continue
+            }
             if buffered >= lead { return }
             do {
                 switch try pipeline.nextPacket(volume: volume, filters: filters, normalize: normalize) {
@@ -233,7 +267,10 @@ final class Playback: @unchecked Sendable {
                     return
                 case .value(let packet):
                     push(
-                        .frame(packet, passthrough: pipeline.passthrough, sourceMicros: pipeline.lastSourceMicros), frames: 1, generation: generation)
+                        .frame(
+                            packet, passthrough: pipeline.passthrough, sourceMicros: pipeline.lastSourceMicros,
+                            rendered: pipeline.passthrough ? nil : pipeline.renderer.rendered - 1),
+                        frames: 1, generation: generation)
                 }
             } catch {
                 push(.end(.error, APIError.wrap(error)), frames: 0, generation: generation)
@@ -241,6 +278,54 @@ final class Playback: @unchecked Sendable {
             }
         }
     }
+
+    /// Renders the frames still waiting in the outbox again with the settings now asked for, so
+    /// the change is heard from the next frame the pacer sends. The pacer keeps sending while
+    /// this runs: if it took the first of those frames meanwhile, the new ones no longer follow
+    /// what was sent, and it tries again from the new first; the old frames stay if it cannot.
+    private func renderLeadAgain(_ renderer: FrameRenderer) {
+        // The live state after the last frame rendered, saved once an attempt is made.
+        var saved: FrameRenderer.Saved?
+        defer { if let saved { renderer.restore(saved) } }
+        for _ in 0..<Self.renderAgainAttempts {
+            let (run, settings, generation) = outbox.withLockedValue { box in
+                box.renderAgain = false
+                return (box.renderedRun, RenderSettings(volume: box.volume, filters: box.filters, normalize: box.normalize), box.generation)
+            }
+            // Passthrough frames, or frames not numbered in a row up to the renderer's last,
+            // cannot be made again: the change comes after them, as it always did.
+            guard let run, run.upperBound == renderer.rendered, renderer.differs(from: settings, in: run) else { return }
+            if saved == nil { saved = renderer.save() }
+            guard let again = try? renderer.renderAgain(from: run.lowerBound, settings: settings) else { return }
+            afterRenderingAgain?()
+            let replaced = outbox.withLockedValue { box -> Bool in
+                guard box.generation == generation, box.renderedRun == run else { return false }
+                var index = box.items.startIndex
+                var next = 0
+                while index != box.items.endIndex, next < again.packets.count {
+                    if case .frame(_, let passthrough, let micros, let number) = box.items[index] {
+                        box.items[index] = .frame(again.packets[next], passthrough: passthrough, sourceMicros: micros, rendered: number)
+                        next += 1
+                    }
+                    index = box.items.index(after: index)
+                }
+                return true
+            }
+            if replaced {
+                renderer.commit(again)
+                saved = nil
+                return
+            }
+        }
+    }
+
+    /// Tests only: runs between rendering the lead again and putting it in the outbox, where
+    /// the pacer may take a frame.
+    var afterRenderingAgain: (() -> Void)?
+
+    /// Tries at rendering the lead again before the change is left to follow it (each attempt
+    /// takes a lead's encodes; the pacer takes a frame every 20 ms).
+    static let renderAgainAttempts = 4
 
     private func push(_ item: OutboxItem, frames: Int, generation: Int?) {
         outbox.withLockedValue { box in

@@ -66,7 +66,7 @@ extension SessionManager {
             case .opened(let info, let passthrough):
                 opened(id, playback, info: info, passthrough: passthrough, &session, into: &batch)
                 continue  // a marker: the frame, if any, follows it in this tick
-            case .frame(let packet, let passthrough, let sourceMicros):
+            case .frame(let packet, let passthrough, let sourceMicros, _):
                 if batch.append(packet, for: id) { counted.sent = 1 } else { counted.nulled = 1 }
                 sent(id, playback, passthrough: passthrough, sourceMicros: sourceMicros, &session, into: &batch)
             case .end(let reason, let error):

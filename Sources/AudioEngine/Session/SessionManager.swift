@@ -195,40 +195,48 @@ package final class SessionManager: Sendable {
         return info
     }
 
+    /// Sets the session's volume; the play in progress ramps to it in the next frame sent.
     func setVolume(sessionID: SessionID, volume: Int) throws(APIError) -> SessionInfo {
         try Self.checkVolume(volume)
-        return try state.withLock { state throws(APIError) -> SessionInfo in
-            guard var session = state.sessions[sessionID] else { throw Self.unknown(sessionID) }
+        return try reshape(sessionID) { session, state in
             session.volume = volume
             session.playback?.setVolume(volume)
-            state.sessions[sessionID] = session
             state.pendingEvents.append(
                 WireEvent(type: .volume, sessionID: sessionID, playID: session.machine.playID, volume: volume))
-            return Self.info(sessionID, session)
         }
     }
 
-    /// Replaces the session's filters; the play in progress changes within the encoded lead.
+    /// Replaces the session's filters, heard from the next frame sent (a timescale change from
+    /// the next frame encoded, after the lead).
     func setFilters(sessionID: SessionID, filters: Filters) throws(APIError) -> SessionInfo {
         if let problem = filters.problem { throw .badRequest("invalid_filters", problem) }
-        return try state.withLock { state throws(APIError) -> SessionInfo in
-            guard var session = state.sessions[sessionID] else { throw Self.unknown(sessionID) }
+        return try reshape(sessionID) { session, _ in
             session.filters = filters
             session.playback?.setFilters(filters)
-            state.sessions[sessionID] = session
-            return Self.info(sessionID, session)
         }
     }
 
-    /// Turns loudness normalisation on or off for the session, from the next encoded frame.
+    /// Turns loudness normalisation on or off for the session, from the next frame sent.
     func setNormalize(sessionID: SessionID, enabled: Bool) throws(APIError) -> SessionInfo {
-        try state.withLock { state throws(APIError) -> SessionInfo in
-            guard var session = state.sessions[sessionID] else { throw Self.unknown(sessionID) }
+        try reshape(sessionID) { session, _ in
             session.normalize = enabled
             session.playback?.setNormalize(enabled)
-            state.sessions[sessionID] = session
-            return Self.info(sessionID, session)
         }
+    }
+
+    /// Changes what shapes a session's sound, then hands its play to a worker at once, which
+    /// renders the frames encoded ahead again, so the change does not wait for the next tick.
+    private func reshape(
+        _ sessionID: SessionID, _ change: (inout EngineSession, inout State) -> Void
+    ) throws(APIError) -> SessionInfo {
+        let (info, playback) = try state.withLock { state throws(APIError) -> (SessionInfo, Playback?) in
+            guard var session = state.sessions[sessionID] else { throw Self.unknown(sessionID) }
+            change(&session, &state)
+            state.sessions[sessionID] = session
+            return (Self.info(sessionID, session), session.playback)
+        }
+        if let playback { schedule([playback], on: workers) }
+        return info
     }
 
     func info(sessionID: SessionID) throws(APIError) -> SessionInfo {

@@ -1,0 +1,238 @@
+// The second half of a play's chain: 20 ms of decoded (and time-scaled) PCM → loudness → filters →
+// gain → Opus. It keeps, for each frame encoded ahead of the pacer, the frame's input and every
+// state the frame was rendered from, so that a change of volume, filters or normalisation can
+// render the frames not yet sent again: the change is then heard from the next frame sent, however
+// long the encoded lead is.
+import CoreMetrics
+import EngineAPI
+
+/// What shapes the sound after the source: the part of a session's settings a frame already
+/// encoded can be rendered again with. The timescale is not in it: it decides which source
+/// samples a frame holds, so a frame made under one cannot be remade under another.
+struct RenderSettings: Equatable {
+    var volume: Int
+    var filters: Filters
+    var normalize: Bool
+
+    init(volume: Int = 100, filters: Filters = Filters(), normalize: Bool = false) {
+        self.volume = volume
+        self.filters = filters
+        self.filters.timescale = nil
+        self.normalize = normalize
+    }
+}
+
+/// Loudness → filters → gain → encode, for one play, on the worker that owns the pipeline.
+final class FrameRenderer {
+    /// Everything a frame's sound depends on besides its input: all values, so a copy is a
+    /// snapshot (the encoder's bytes are copied apart).
+    fileprivate struct State {
+        var normalizer: LoudnessNormalizer?
+        var filterChain = FilterChain()
+        /// The gain the last frame ended on; the next frame ramps from here to the target.
+        var gain: Float = 1
+        /// A frame of this play has been heard (a normaliser started now measures mid-stream).
+        var heard = false
+    }
+
+    /// A frame encoded ahead: its input and the states before it.
+    private struct Kept {
+        var sequence: UInt64 = .max
+        var input = [Float](repeating: 0, count: OpusEncoder.frameFloats)
+        var settings = RenderSettings()
+        var state = State()
+        var encoderState: [UInt8] = []
+    }
+
+    /// The live state after the last frame rendered, saved before frames are rendered again and
+    /// put back if the new frames cannot replace the old.
+    struct Saved {
+        fileprivate let state: State
+        fileprivate let encoderState: [UInt8]?
+        fileprivate let rendered: UInt64
+    }
+
+    /// Frames rendered again from `first` on, not yet in the outbox.
+    struct Again {
+        let first: UInt64
+        let packets: [[UInt8]]
+        fileprivate let kept: [(state: State, encoderState: [UInt8])]
+        fileprivate let settings: RenderSettings
+    }
+
+    private var state = State()
+    private var encoder: OpusEncoder?
+    private let encoderConfiguration: OpusEncoderConfiguration
+    private let loudnessTarget: Double
+    /// The loudness the track's tags give, once the source is open.
+    var taggedLoudness: Double?
+    private let encodeTime: CoreMetrics.Timer?
+    /// One per frame the outbox can hold, indexed by sequence modulo their count.
+    private var kept: [Kept]
+    /// Frames rendered so far in this play; the next one is this number.
+    private(set) var rendered: UInt64 = 0
+    private var pcm = [Float](repeating: 0, count: OpusEncoder.frameFloats)
+
+    init(
+        encoder configuration: OpusEncoderConfiguration, loudnessTarget: Double, keep: Int, encodeTime: CoreMetrics.Timer?
+    ) {
+        encoderConfiguration = configuration
+        self.loudnessTarget = loudnessTarget
+        self.encodeTime = encodeTime
+        kept = Array(repeating: Kept(), count: max(keep, 1))
+    }
+
+    /// Whether a frame at `volume` would come out as it went in: no normaliser, no filter, no gain.
+    func leavesUnchanged(volume: Int) -> Bool {
+        volume == 100 && state.gain == 1 && state.filterChain.isIdentity && state.normalizer == nil
+    }
+
+    /// A frame went out without the renderer (passthrough): it has been heard, and no frame
+    /// before it can be rendered again.
+    func passedThrough() {
+        state.heard = true
+        forget()
+    }
+
+    /// Frames already rendered are gone (a seek discarded them): none is rendered again.
+    func forget() {
+        for index in kept.indices { kept[index].sequence = .max }
+    }
+
+    /// Takes `settings` on (filters, normalisation; the volume ramps during the next frame).
+    func apply(_ settings: RenderSettings) {
+        apply(settings, to: &state)
+    }
+
+    /// Renders one frame of `input` with `settings` and encodes it, keeping what it takes to do
+    /// it again. Returns the packet; the frame's sequence number is `rendered - 1` after.
+    func render(_ input: UnsafeBufferPointer<Float>, settings: RenderSettings) throws -> [UInt8] {
+        apply(settings)
+        let encoder = try encoder ?? OpusEncoder(configuration: encoderConfiguration)
+        self.encoder = encoder
+        let slot = Int(rendered % UInt64(kept.count))
+        kept[slot].sequence = rendered
+        kept[slot].settings = settings
+        kept[slot].state = state
+        encoder.save(into: &kept[slot].encoderState)
+        kept[slot].input.withUnsafeMutableBufferPointer { copy in
+            guard let to = copy.baseAddress, let from = input.baseAddress else { return }
+            to.update(from: from, count: min(copy.count, input.count))
+        }
+        let packet = try encode(input, volume: settings.volume, state: &state, with: encoder)
+        rendered += 1
+        return packet
+    }
+
+    /// The live state, to put back with `restore` if frames rendered again are not used.
+    func save() -> Saved {
+        var bytes: [UInt8]?
+        if let encoder {
+            var copy: [UInt8] = []
+            encoder.save(into: &copy)
+            bytes = copy
+        }
+        return Saved(state: state, encoderState: bytes, rendered: rendered)
+    }
+
+    func restore(_ saved: Saved) {
+        state = saved.state
+        if let bytes = saved.encoderState { encoder?.restore(from: bytes) }
+        rendered = saved.rendered
+    }
+
+    /// Renders the frames from `first` to the last one rendered again with `settings`, from the
+    /// states they were first rendered from. Nil when that is not possible (a frame not kept). The live state is then the new last frame's: `commit`
+    /// the result once its packets replace the old ones, or `restore` what `save` returned.
+    func renderAgain(from first: UInt64, settings: RenderSettings) throws -> Again? {
+        guard let slots = keptSlots(first..<rendered), let encoder else { return nil }
+        var state = kept[slots[0]].state
+        encoder.restore(from: kept[slots[0]].encoderState)
+        var packets: [[UInt8]] = []
+        var states: [(state: State, encoderState: [UInt8])] = []
+        for (index, slot) in slots.enumerated() {
+            if index > 0 {
+                var bytes: [UInt8] = []
+                encoder.save(into: &bytes)
+                states.append((state, bytes))
+            }
+            apply(settings, to: &state)
+            packets.append(try kept[slot].input.withUnsafeBufferPointer { try encode($0, volume: settings.volume, state: &state, with: encoder) })
+        }
+        self.state = state
+        return Again(first: first, packets: packets, kept: states, settings: settings)
+    }
+
+    /// Whether any of the frames numbered `run` was rendered with other settings.
+    func differs(from settings: RenderSettings, in run: Range<UInt64>) -> Bool {
+        keptSlots(run)?.contains { kept[$0].settings != settings } ?? false
+    }
+
+    /// Where the frames numbered `run` are kept; nil unless every one of them is.
+    private func keptSlots(_ run: Range<UInt64>) -> [Int]? {
+        guard !run.isEmpty, run.upperBound <= rendered, run.count <= kept.count else { return nil }
+        let slots = run.map { Int($0 % UInt64(kept.count)) }
+        guard zip(slots, run).allSatisfy({ kept[$0.0].sequence == $0.1 }) else { return nil }
+        return slots
+    }
+
+    /// The frames rendered again replaced the old ones in the outbox: they are what is kept now.
+    func commit(_ again: Again) {
+        for offset in 0..<Int(rendered - again.first) {
+            let slot = Int((again.first + UInt64(offset)) % UInt64(kept.count))
+            kept[slot].settings = again.settings
+            if offset > 0 {
+                kept[slot].state = again.kept[offset - 1].state
+                kept[slot].encoderState = again.kept[offset - 1].encoderState
+            }
+        }
+    }
+
+    private func apply(_ settings: RenderSettings, to state: inout State) {
+        state.filterChain.set(settings.filters)
+        // Turned off, the normaliser glides the gain back to 0 dB and crossfades its limiter's
+        // delay away before it goes (no jump, no click).
+        if state.normalizer?.isFinished == true { state.normalizer = nil }
+        if !settings.normalize {
+            state.normalizer?.stopping = true
+        } else if state.normalizer != nil {
+            state.normalizer?.stopping = false
+        } else if LoudnessNormalizer.isNeeded(taggedLoudness: taggedLoudness, target: loudnessTarget) {
+            // A track whose tag puts it within 0.5 LU of the target needs nothing.
+            state.normalizer = LoudnessNormalizer(target: loudnessTarget, taggedLoudness: taggedLoudness, midStream: state.heard)
+        }
+    }
+
+    /// Normalises, filters, ramps the gain over the frame to `volume` and encodes.
+    private func encode(
+        _ input: UnsafeBufferPointer<Float>, volume: Int, state: inout State, with encoder: OpusEncoder
+    ) throws -> [UInt8] {
+        pcm.withUnsafeMutableBufferPointer { out in
+            guard let to = out.baseAddress, let from = input.baseAddress else { return }
+            to.update(from: from, count: min(out.count, input.count))
+        }
+        if state.normalizer != nil { pcm.withUnsafeMutableBufferPointer { state.normalizer?.process($0) } }
+        pcm.withUnsafeMutableBufferPointer { state.filterChain.process($0) }
+        let target = Float(volume) / 100
+        if state.gain != 1 || target != 1 {
+            let start = state.gain
+            let step = (target - start) / Float(OpusEncoder.samplesPerFrame)
+            pcm.withUnsafeMutableBufferPointer { samples in
+                for i in 0..<OpusEncoder.samplesPerFrame {
+                    let g = start + step * Float(i + 1)
+                    samples[2 * i] *= g
+                    samples[2 * i + 1] *= g
+                }
+            }
+            state.gain = target
+        }
+        state.heard = true
+        let started = ContinuousClock.now
+        defer { encodeTime?.recordNanoseconds(Self.nanoseconds(ContinuousClock.now - started)) }
+        return try pcm.withUnsafeBufferPointer { try encoder.encode($0) { Array($0) } }
+    }
+
+    private static func nanoseconds(_ duration: Duration) -> Int64 {
+        duration.components.seconds * 1_000_000_000 + duration.components.attoseconds / 1_000_000_000
+    }
+}

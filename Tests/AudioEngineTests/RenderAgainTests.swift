@@ -1,0 +1,149 @@
+// A change of volume, filters or normalisation renders the frames encoded ahead again: the stream
+// that leaves is then exactly the one encoded had the change come before those frames.
+import EngineAPI
+import Foundation
+import NIOConcurrencyHelpers
+import ServiceSupport
+import TestSupport
+import WireProtocol
+import Testing
+
+@testable import AudioEngine
+
+@Suite struct RenderAgainTests {
+    /// One change, made while `lead` frames wait in the outbox; `before` is what played until then.
+    struct Change: Sendable, CustomTestStringConvertible {
+        let name: String
+        var before = RenderSettings()
+        let after: RenderSettings
+        var testDescription: String { name }
+    }
+
+    static let changes = [
+        Change(name: "volume", after: RenderSettings(volume: 30)),
+        Change(
+            name: "filters",
+            after: RenderSettings(
+                filters: Filters(equalizer: [EqualizerBand(band: 2, gain: 0.5)], tremolo: Tremolo(frequency: 4, depth: 0.5)))),
+        Change(
+            name: "normalisation off", before: RenderSettings(volume: 80, normalize: true),
+            after: RenderSettings(volume: 80, normalize: false)),
+    ]
+
+    @Test(arguments: changes)
+    func theFramesAheadAreRenderedAgainAsIfTheChangeHadComeFirst(_ change: Change) throws {
+        try renderAgain(change, pacerTakes: 0)
+    }
+
+    /// The pacer takes the first waiting frame while the lead is being rendered again: the new
+    /// frames no longer follow what was sent, and are made again from the state after it. Each
+    /// time it does that, one more old frame is heard; after four tries the old frames stay and
+    /// the change comes after them, never half of each.
+    @Test(arguments: [1, 2, Playback.renderAgainAttempts])
+    func aFrameSentDuringTheRenderIsFollowedByFramesRenderedAfterIt(pacerTakes: Int) throws {
+        try renderAgain(Self.changes[0], pacerTakes: pacerTakes)
+    }
+
+    private func renderAgain(_ change: Change, pacerTakes: Int) throws {
+        let directory = try TemporaryDirectory()
+        let file = try MediaFixture.tone(440, seconds: 2, into: directory.path, sampleRate: 44_100)
+        let source = ResolvedSource(location: file, displayName: "t")
+        let lead = 6
+        let sent = 10
+
+        // What the pacer sends: `sent` frames, then the change with `lead` frames waiting.
+        let playback = Playback(
+            sessionID: try SessionID("again"), playID: 1, url: "t", startMS: 0, volume: change.before.volume,
+            filters: change.before.filters, normalize: change.before.normalize, source: source)
+        var heard: [[UInt8]] = []
+        func fill() {
+            // Once the play has ended there is nothing left to fill.
+            guard playback.claimFill(refillAt: Int.max) else { return }
+            playback.fill(lead: lead, encoder: OpusEncoderConfiguration(), metrics: EngineMetrics(), network: nil)
+        }
+        func send() -> Bool {
+            switch playback.nextOutboxItem() {
+            case .frame(let packet, _, _, _):
+                heard.append(packet)
+                return true
+            case .end, nil: return false
+            case .opened: return true
+            }
+        }
+        fill()
+        while heard.count < sent {
+            #expect(send())
+            fill()
+        }
+        #expect(playback.outbox.withLockedValue { $0.bufferedFrames } == lead)
+        var taken = 0
+        playback.afterRenderingAgain = {
+            guard taken < pacerTakes else { return }
+            taken += 1
+            #expect(send())
+        }
+        playback.setVolume(change.after.volume)
+        playback.setFilters(change.after.filters)
+        playback.setNormalize(change.after.normalize)
+        fill()
+        #expect(taken == pacerTakes)
+        playback.afterRenderingAgain = nil
+        // Given up after the last attempt, the change comes after every frame that was waiting.
+        let changedAt = pacerTakes == Playback.renderAgainAttempts ? sent + lead : sent + pacerTakes
+        while send() { fill() }
+
+        // The same track encoded with the change before frame `sent`.
+        let pipeline = try Pipeline(source: source, encoder: OpusEncoderConfiguration())
+        var expected: [[UInt8]] = []
+        while true {
+            let settings = expected.count < changedAt ? change.before : change.after
+            guard case .value(let packet) = try pipeline.nextPacket(
+                volume: settings.volume, filters: settings.filters, normalize: settings.normalize)
+            else { break }
+            expected.append(packet)
+        }
+        #expect(heard.count == expected.count)
+        let differing = zip(heard, expected).enumerated().filter { $0.element.0 != $0.element.1 }.map(\.offset)
+        #expect(differing.isEmpty, "frames \(differing.prefix(10)) differ from an encode with the change before frame \(changedAt)")
+
+        // And the change is in what is heard from the next frame sent: the volume's level, the
+        // filters' and normalisation's difference from the frame before.
+        let decoder = try OpusDecoder()
+        let levels = try heard.map { Spectrum.dBFS(try decoder.decode($0)) }
+        if change.name == "volume" {
+            // The ramp 100 % → 30 % spans frame `changedAt`; two frames on it is −10.5 dB.
+            #expect(
+                abs(levels[changedAt + 2] - levels[changedAt - 2] - 20 * log10(0.3)) < 0.5,
+                "levels \(levels[(changedAt - 2)...(changedAt + 3)])")
+        }
+    }
+
+    /// Passthrough frames cannot be rendered again: the change comes after them, as it did before.
+    @Test func aChangeAfterPassthroughFramesWaitsForThem() throws {
+        let directory = try TemporaryDirectory()
+        let file = directory.file("tone.webm")
+        try MediaFixture.ffmpeg([
+            "-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000:duration=2", "-ac", "2", "-c:a", "libopus", "-b:a", "128k",
+            file,
+        ])
+        let playback = Playback(
+            sessionID: try SessionID("again"), playID: 1, url: "t", startMS: 0, volume: 100,
+            source: ResolvedSource(location: file, displayName: "t"))
+        #expect(playback.claimFill(refillAt: Int.max))
+        playback.fill(lead: 4, encoder: OpusEncoderConfiguration(), metrics: EngineMetrics(), network: nil)
+        let before = playback.outbox.withLockedValue { box in box.items.compactMap { item -> [UInt8]? in
+            if case .frame(let packet, true, _, nil) = item { return packet }
+            return nil
+        } }
+        #expect(before.count == 4)
+        playback.setVolume(50)
+        #expect(playback.claimFill(refillAt: Int.max))
+        playback.fill(lead: 4, encoder: OpusEncoderConfiguration(), metrics: EngineMetrics(), network: nil)
+        let after = playback.outbox.withLockedValue { box in box.items.compactMap { item -> [UInt8]? in
+            if case .frame(let packet, _, _, _) = item { return packet }
+            return nil
+        } }
+        #expect(after == before)
+        #expect(playback.outbox.withLockedValue { $0.renderAgain } == false)
+    }
+}
