@@ -63,6 +63,19 @@ let benchmarks: @Sendable () -> Void = {
         }
     }
 
+    // What keeping a frame so it can be rendered again adds to its encode: libopus's whole state
+    // copied aside (docs/benchmarks.md: control latency).
+    Benchmark("opus: keep the encoder's state for one frame", configuration: perFrame) { benchmark in
+        let encoder = try! OpusEncoder()
+        var state: [UInt8] = []
+        encoder.save(into: &state)
+        benchmark.startMeasurement()
+        for _ in benchmark.scaledIterations {
+            encoder.save(into: &state)
+            blackHole(state[0])
+        }
+    }
+
     // The filters' cost per frame, beside the encode above (docs/benchmarks.md: filters).
     let filterCases: [(String, Filters)] = [
         ("equalizer, 5 bands (bass boost)", Filters(equalizer: (0..<5).map { EqualizerBand(band: $0, gain: 0.25 - 0.05 * Double($0)) })),

@@ -64,8 +64,8 @@ func milliseconds(_ duration: Duration) -> Double {
 
         // Volume: the level drops by 6 dB at 50 %, from the first affected packet on.
         var level = 0.0
-        // Eight changes: the figure lies between 40 and 60 ms by design (two encoded frames ahead
-        // plus up to one tick), so a median of four samples was too noisy to hold to 60 ms.
+        // Eight changes, each heard from the next frame sent (the frames encoded ahead are
+        // rendered again): up to one tick of waiting, 5–20 ms at the socket.
         for (volume, change) in Array(repeating: [(50, -6.02), (100, 6.02)], count: 4).joined() {
             try await Task.sleep(for: .milliseconds(400))
             let before = try Signal.levels(socket.packets(s).suffix(40).map(\.data)).suffix(10)
