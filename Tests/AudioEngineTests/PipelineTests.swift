@@ -83,6 +83,34 @@ import Testing
         #expect(difference < 1e-6, "the frames after a mid-play seek differ by \(difference)")
     }
 
+    /// A seek is heard from its first frame: the decoder starts a little before the target and
+    /// drops what comes before it, so codecs that build on earlier frames (MP3's bit reservoir,
+    /// AAC's overlap) have them. Started on the target, the first MP3 frame after a seek came
+    /// out partly silent, and a listener heard a gap.
+    @Test(arguments: ["mp3", "m4a", "ogg"])
+    func aSeekIsHeardFromItsFirstFrame(format: String) throws {
+        let directory = try TemporaryDirectory()
+        let file = directory.file("tone.\(format)")
+        try MediaFixture.ffmpeg(["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=44100:duration=6", "-ac", "2", file])
+        // The tone's level, read straight through from the start.
+        let straight = try MediaDecoder(path: file)
+        var frame: [Float] = []
+        for _ in 0..<100 { _ = try straight.readFrame(into: &frame) }
+        let level = Spectrum.dBFS(Spectrum.left(frame))
+        for target in [1_000, 2_500, 4_020] {
+            let decoder = try MediaDecoder(path: file)
+            try decoder.seek(toMS: Int64(target))
+            guard case .value = try decoder.readFrame(into: &frame) else {
+                Issue.record("no frame after a seek to \(target) ms")
+                continue
+            }
+            let left = Spectrum.left(frame)
+            for half in [Array(left[0..<480]), Array(left[480..<960])] {
+                #expect(abs(Spectrum.dBFS(half) - level) < 0.5, "\(format) at \(target) ms: \(Spectrum.dBFS(half)) dBFS, not \(level)")
+            }
+        }
+    }
+
     /// A stream whose channel count and sample rate change part-way (two AC-3 streams back to
     /// back, as a radio stream switching programmes sends): the resampler follows the frames
     /// instead of reading channels the frame does not have (found by the media fuzzer: a SEGV).

@@ -118,32 +118,75 @@ import Testing
         }
     }
 
-    /// Passthrough frames cannot be rendered again: the change comes after them, as it did before.
-    @Test func aChangeAfterPassthroughFramesWaitsForThem() throws {
+    /// An Opus source passed through untouched: the packets waiting (all but the first, which
+    /// the pacer may be sending) are taken back, decoded and played through the renderer at the
+    /// new volume — nothing lost, nothing played twice.
+    @Test func untouchedPacketsWaitingAreTakenBackAndPlayedAtTheNewVolume() throws {
         let directory = try TemporaryDirectory()
-        let file = directory.file("tone.webm")
+        let file = directory.file("sweep.webm")
+        // A sweep: 20 ms played twice or skipped would put the decoded wave out of step with the source's.
+        let wave = "0.4*sin(2*PI*(200*t+300*t*t))"
         try MediaFixture.ffmpeg([
-            "-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000:duration=2", "-ac", "2", "-c:a", "libopus", "-b:a", "128k",
-            file,
+            "-f", "lavfi", "-i", "aevalsrc=\(wave)|\(wave):s=48000:d=2", "-c:a", "libopus", "-b:a", "128k",
+            "-frame_duration", "20", file,
         ])
+        let source = try MediaDecoder(path: file)
+        var sourcePackets: [[UInt8]] = []
+        while case .value(let packet) = try source.readPacket() { sourcePackets.append(packet.data) }
+
         let playback = Playback(
             sessionID: try SessionID("again"), playID: 1, url: "t", startMS: 0, volume: 100,
             source: ResolvedSource(location: file, displayName: "t"))
-        #expect(playback.claimFill(refillAt: Int.max))
-        playback.fill(lead: 4, encoder: OpusEncoderConfiguration(), metrics: EngineMetrics(), network: nil)
-        let before = playback.outbox.withLockedValue { box in box.items.compactMap { item -> [UInt8]? in
-            if case .frame(let packet, true, _, nil) = item { return packet }
+        let lead = 6
+        var heard: [[UInt8]] = []
+        func fill() {
+            guard playback.claimFill(refillAt: Int.max) else { return }
+            playback.fill(lead: lead, encoder: OpusEncoderConfiguration(), metrics: EngineMetrics(), network: nil)
+        }
+        func send() -> Bool {
+            switch playback.nextOutboxItem() {
+            case .frame(let packet, _, _, _):
+                heard.append(packet)
+                return true
+            case .end, nil: return false
+            case .opened: return true
+            }
+        }
+        fill()
+        while heard.count < 10 {
+            #expect(send())
+            fill()
+        }
+        let waiting = { playback.outbox.withLockedValue { box in box.items.compactMap { item -> Bool? in
+            if case .frame(_, let passthrough, _, _) = item { return passthrough }
             return nil
-        } }
-        #expect(before.count == 4)
+        } } }
+        #expect(waiting() == Array(repeating: true, count: lead))
         playback.setVolume(50)
-        #expect(playback.claimFill(refillAt: Int.max))
-        playback.fill(lead: 4, encoder: OpusEncoderConfiguration(), metrics: EngineMetrics(), network: nil)
-        let after = playback.outbox.withLockedValue { box in box.items.compactMap { item -> [UInt8]? in
-            if case .frame(let packet, _, _, _) = item { return packet }
-            return nil
-        } }
-        #expect(after == before)
+        fill()
+        // The first waiting packet stays; the rest are the renderer's now.
+        #expect(waiting() == [true] + Array(repeating: false, count: lead - 1))
         #expect(playback.outbox.withLockedValue { $0.renderAgain } == false)
+        while send() { fill() }
+
+        #expect(Array(heard.prefix(11)) == Array(sourcePackets.prefix(11)))
+        #expect(abs(heard.count - sourcePackets.count) <= 1, "\(heard.count) frames for \(sourcePackets.count) source packets")
+        let (heardPCM, sourcePCM) = (try OpusDecoder(), try OpusDecoder())
+        let played = try heard.flatMap { try heardPCM.decode($0) }
+        let original = try sourcePackets.flatMap { try sourcePCM.decode($0) }
+        // From two frames after the change on: the source's wave at half the amplitude, later by
+        // the new encoder's look-ahead (312 samples, 6.5 ms) and by nothing else.
+        let from = 13 * OpusEncoder.frameFloats, to = 40 * OpusEncoder.frameFloats
+        let halved = original[from..<to].map { $0 * 0.5 }
+        func mismatch(_ lag: Int) -> (lag: Int, ratio: Double) {
+            let difference = zip(played[(from + 2 * lag)..<(to + 2 * lag)], halved).map { $0 - $1 }
+            return (lag, Spectrum.rms(difference) / Spectrum.rms(halved))
+        }
+        let coarse = stride(from: 0, through: 400, by: 8).map(mismatch).min { $0.ratio < $1.ratio }
+        let near = try #require(coarse).lag
+        let best = try #require((max(0, near - 8)...(near + 8)).map(mismatch).min { $0.ratio < $1.ratio })
+        let (lag, ratio) = (best.lag, best.ratio)
+        #expect(ratio < 0.2, "the played wave differs from the source's at half volume by \(ratio) of its level at best")
+        #expect(abs(lag - 312) <= 2, "the played wave is \(lag) samples behind the source's")
     }
 }

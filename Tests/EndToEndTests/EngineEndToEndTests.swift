@@ -96,16 +96,20 @@ func milliseconds(_ duration: Duration) -> Double {
     }
 
     /// Half a second encoded ahead (25 frames), and a change of volume or filters is still heard
-    /// in the next frame or two sent: the frames waiting are rendered again with it. (Rendered
-    /// only after them, the change would come 25 frames late.)
-    @Test func volumeAndFiltersAreHeardInTheNextFramesHoweverLongTheLead() async throws {
+    /// in the next frame or two sent: the frames waiting are rendered again with it, or, from an
+    /// Opus source passed through untouched, taken back and rendered. (Left to go out first, the
+    /// change would come 25 frames late.)
+    @Test(arguments: ["steps.mp3", "steps.webm"])
+    func volumeAndFiltersAreHeardInTheNextFramesHoweverLongTheLead(file: String) async throws {
         let harness = try EngineHarness(environment: ["TONEARM_ENCODE_LEAD_FRAMES": "25"])
-        try Signal.steps(seconds: 40, into: harness.media, name: "steps.mp3")
+        let opus = ["-c:a", "libopus", "-b:a", "128k", "-frame_duration", "20"]
+        try Signal.steps(seconds: 40, into: harness.media, name: file, extra: file.hasSuffix(".webm") ? opus : [])
         let socket = try await harness.start()
         defer { Task { await harness.stop() } }
         let s = "lead"
-        #expect(try await harness.post("/session/\(s)/play", #"{"url":"steps.mp3","normalize":false}"#).status == 202)
+        #expect(try await harness.post("/session/\(s)/play", #"{"url":"\#(file)","normalize":false}"#).status == 202)
         #expect(await eventually(timeout: .seconds(10)) { socket.packets(s).count >= 100 })
+        #expect(socket.firstEvent(s, .ready)?.event.passthrough == file.hasSuffix(".webm"))
         // The tone is the same in both channels: karaoke takes it out.
         let changes = [
             ("volume", #"{"volume":30}"#), ("volume", #"{"volume":100}"#), ("filters", #"{"karaoke":{}}"#), ("filters", "{}"),

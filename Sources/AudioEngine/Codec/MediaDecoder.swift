@@ -170,9 +170,15 @@ final class MediaDecoder {
 
     /// Moves to `positionMS`. The next decoded frame starts exactly there; the next compressed
     /// packet is the first whose start is at or after it (the caller skips earlier ones).
+    /// How far before a seek's target decoding starts (Opus asks for 80 ms, RFC 7845 §4.6).
+    static let seekPrerollMS: Int64 = 100
+
     func seek(toMS positionMS: Int64) throws(MediaError) {
         let target = min(max(0, positionMS), MediaTime.maxMS)
-        try source.seek(toMS: target)
+        // Decoding starts a little before the target and what precedes it is dropped: MP3's bit
+        // reservoir, AAC's and Vorbis's overlapping windows and Opus's convergence need the
+        // frames before (started on the target, an MP3's first frame came out silent).
+        try source.seek(toMS: max(0, target - Self.seekPrerollMS))
         if let codec {
             avcodec_flush_buffers(codec)
             // swr_init on a set-up resampler empties it (its delay line holds audio from before

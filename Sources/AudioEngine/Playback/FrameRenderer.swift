@@ -63,7 +63,7 @@ final class FrameRenderer {
     private var state = State()
     private var encoder: OpusEncoder?
     private let encoderConfiguration: OpusEncoderConfiguration
-    private let loudnessTarget: Double
+    let loudnessTarget: Double
     /// The loudness the track's tags give, once the source is open.
     var taggedLoudness: Double?
     private let encodeTime: CoreMetrics.Timer?
@@ -88,9 +88,12 @@ final class FrameRenderer {
     }
 
     /// A frame went out without the renderer (passthrough): it has been heard, and no frame
-    /// before it can be rendered again.
+    /// before it can be rendered again. The encoder goes too: one used before the passthrough
+    /// would start the next frame it encodes with the last 6.5 ms it was given (its look-ahead),
+    /// where a fresh one starts with 6.5 ms of silence.
     func passedThrough() {
         state.heard = true
+        encoder = nil
         forget()
     }
 

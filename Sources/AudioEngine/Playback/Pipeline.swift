@@ -246,6 +246,35 @@ final class Pipeline {
         }
     }
 
+    /// Whether frames go out as the source's own packets with these settings: an Opus source,
+    /// and nothing that changes the sound (normalisation counts only if the track's tag is off
+    /// the target).
+    func passesThrough(volume: Int, filters: Filters, normalize: Bool) -> Bool {
+        guard let info else { return false }
+        return info.isOpusStereo48k && volume == 100 && filters.isEmpty
+            && !(normalize && LoudnessNormalizer.isNeeded(taggedLoudness: info.taggedLoudness, target: renderer.loudnessTarget))
+    }
+
+    /// Source packets that went out untouched but will not be sent after all (the settings
+    /// changed while they waited): decoded, they go back in front of the source, to be played
+    /// through the renderer. `previous` is the packet the listener hears just before them; the
+    /// decoder is primed with it so the first decoded frame continues it.
+    func takeBack(_ packets: [[UInt8]], after previous: [UInt8]) throws {
+        let decoder = try OpusDecoder()
+        _ = try? decoder.decode(previous)
+        var samples: [Float] = []
+        samples.reserveCapacity(packets.count * OpusEncoder.frameFloats)
+        for packet in packets {
+            // Each went out as one valid-looking 20 ms frame; one libopus refuses is 20 ms of silence.
+            let frame = (try? decoder.decode(packet)) ?? []
+            samples += frame.count == OpusEncoder.frameFloats ? frame : [Float](repeating: 0, count: OpusEncoder.frameFloats)
+        }
+        decoded = samples + decoded
+        opusDecoder = decoder
+        previousPacket = packets.last ?? previous
+        passthrough = false
+    }
+
     /// Moves to `positionMS`; the next packet is the frame that starts there.
     func seek(toMS positionMS: Int64) throws {
         guard case .ready(let decoder) = stage else { return }

@@ -228,11 +228,9 @@ final class Playback: @unchecked Sendable {
             guard let info = try pipeline.open() else { return }  // still opening
             if !announced {
                 announced = true
-                let plain = outbox.withLockedValue { box in
-                    box.volume == 100 && box.filters.isEmpty
-                        && !(box.normalize && LoudnessNormalizer.isNeeded(taggedLoudness: info.taggedLoudness, target: loudnessTarget))
-                }
-                push(.opened(info, passthrough: info.isOpusStereo48k && plain), frames: 0, generation: nil)
+                let (volume, filters, normalize) = outbox.withLockedValue { ($0.volume, $0.filters, $0.normalize) }
+                let passthrough = pipeline.passesThrough(volume: volume, filters: filters, normalize: normalize)
+                push(.opened(info, passthrough: passthrough), frames: 0, generation: nil)
             }
         } catch {
             push(.end(.error, APIError.wrap(error)), frames: 0, generation: nil)
@@ -254,6 +252,9 @@ final class Playback: @unchecked Sendable {
                 continue
             }
             if again {
+                if !pipeline.passesThrough(volume: volume, filters: filters, normalize: normalize) {
+                    takeBackPassthrough(pipeline, generation: generation)
+                }
                 renderLeadAgain(pipeline.renderer)
                 continue
             }
@@ -316,6 +317,43 @@ final class Playback: @unchecked Sendable {
                 saved = nil
                 return
             }
+        }
+    }
+
+    /// The source's own packets waiting in the outbox cannot be rendered again, but they can be
+    /// taken back: all but the first (which the pacer may be about to send) leave the outbox and
+    /// go back, decoded, in front of the source, so the frames that replace them are rendered
+    /// with the settings that no longer let the source pass through.
+    private func takeBackPassthrough(_ pipeline: Pipeline, generation: Int) {
+        let taken = outbox.withLockedValue { box -> (previous: [UInt8], packets: [[UInt8]])? in
+            guard box.generation == generation, !box.ended else { return nil }
+            var previous: [UInt8]?
+            var packets: [[UInt8]] = []
+            var kept = CircularBuffer<OutboxItem>(initialCapacity: box.items.count)
+            for item in box.items {
+                guard case .frame(let packet, let passthrough, _, _) = item else {
+                    kept.append(item)
+                    continue
+                }
+                // Only a run of untouched packets at the end of the outbox can go back.
+                guard passthrough else { return nil }
+                if previous == nil {
+                    previous = packet
+                    kept.append(item)
+                } else {
+                    packets.append(packet)
+                }
+            }
+            guard let previous, !packets.isEmpty else { return nil }
+            box.items = kept
+            box.bufferedFrames -= packets.count
+            return (previous, packets)
+        }
+        guard let taken else { return }
+        do {
+            try pipeline.takeBack(taken.packets, after: taken.previous)
+        } catch {
+            push(.end(.error, APIError.wrap(error)), frames: 0, generation: generation)
         }
     }
 

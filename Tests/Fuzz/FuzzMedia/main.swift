@@ -1,7 +1,8 @@
 // libFuzzer target: the engine's media path on bytes from anywhere — a user's file or a public URL.
 // The input is written to memory (/dev/shm) and opened as a session opens a file: FFmpeg probes
 // and demuxes it, and the Pipeline passes Opus through or decodes, resamples to 48 kHz stereo and
-// encodes 20 ms Opus frames (12 of them, with a seek after the fourth). Any input must end in
+// encodes 20 ms Opus frames (12 of them, with a seek after the fourth; packets passed through
+// untouched are taken back and decoded at the tenth). Any input must end in
 // packets, the end, or an error the session reports — never a trap, a hang or a packet longer
 // than the wire carries.
 import CFFmpeg
@@ -34,12 +35,18 @@ public func fuzzMedia(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
         let pipeline = try Pipeline(
             source: ResolvedSource(location: path, displayName: "fuzz"), encoder: OpusEncoderConfiguration(complexity: 0))
         let limit = WireFormat.maxFrameLength - SessionID.wireLength
+        // The last two packets that went out untouched: at the tenth frame they are taken back,
+        // as a control change does with an Opus source's packets still waiting (their bytes are
+        // the source's, decoded here again).
+        var untouched: [[UInt8]] = []
         for frame in 0..<12 {
             if frame == 4 { try pipeline.seek(toMS: Int64(knob) * 37) }
+            if frame == 10, untouched.count == 2 { try pipeline.takeBack([untouched[1]], after: untouched[0]) }
             let filters = knob & 2 != 0 && (1..<9).contains(frame) ? Filters(timescale: Timescale(speed: 1.5, pitch: 0.8)) : Filters()
             guard case .value(let packet) = try pipeline.nextPacket(volume: knob * 4, filters: filters, normalize: knob & 1 == 0)
             else { break }
             precondition(!packet.isEmpty && packet.count <= limit, "a packet of \(packet.count) bytes")
+            untouched = pipeline.passthrough ? Array((untouched + [packet]).suffix(2)) : []
         }
     } catch {
         // A refusal (APIError, or the encoder's OpusError): the session gets an error event.
