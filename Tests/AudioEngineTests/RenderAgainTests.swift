@@ -55,23 +55,10 @@ import Testing
         let playback = Playback(
             sessionID: try SessionID("again"), playID: 1, url: "t", startMS: 0, volume: change.before.volume,
             filters: change.before.filters, normalize: change.before.normalize, source: source)
-        var heard: [[UInt8]] = []
-        func fill() {
-            // Once the play has ended there is nothing left to fill.
-            guard playback.claimFill(refillAt: Int.max) else { return }
-            playback.fill(lead: lead, encoder: OpusEncoderConfiguration(), metrics: EngineMetrics(), network: nil)
-        }
-        func send() -> Bool {
-            switch playback.nextOutboxItem() {
-            case .frame(let packet, _, _, _):
-                heard.append(packet)
-                return true
-            case .end, nil: return false
-            case .opened: return true
-            }
-        }
+        let pacer = OutboxPacer(playback, lead: lead)
+        let (fill, send) = (pacer.fill, pacer.send)
         fill()
-        while heard.count < sent {
+        while pacer.heard.count < sent {
             #expect(send())
             fill()
         }
@@ -102,6 +89,7 @@ import Testing
             else { break }
             expected.append(packet)
         }
+        let heard = pacer.heard
         #expect(heard.count == expected.count)
         let differing = zip(heard, expected).enumerated().filter { $0.element.0 != $0.element.1 }.map(\.offset)
         #expect(differing.isEmpty, "frames \(differing.prefix(10)) differ from an encode with the change before frame \(changedAt)")
@@ -138,22 +126,10 @@ import Testing
             sessionID: try SessionID("again"), playID: 1, url: "t", startMS: 0, volume: 100,
             source: ResolvedSource(location: file, displayName: "t"))
         let lead = 6
-        var heard: [[UInt8]] = []
-        func fill() {
-            guard playback.claimFill(refillAt: Int.max) else { return }
-            playback.fill(lead: lead, encoder: OpusEncoderConfiguration(), metrics: EngineMetrics(), network: nil)
-        }
-        func send() -> Bool {
-            switch playback.nextOutboxItem() {
-            case .frame(let packet, _, _, _):
-                heard.append(packet)
-                return true
-            case .end, nil: return false
-            case .opened: return true
-            }
-        }
+        let pacer = OutboxPacer(playback, lead: lead)
+        let (fill, send) = (pacer.fill, pacer.send)
         fill()
-        while heard.count < 10 {
+        while pacer.heard.count < 10 {
             #expect(send())
             fill()
         }
@@ -169,6 +145,7 @@ import Testing
         #expect(playback.outbox.withLockedValue { $0.renderAgain } == false)
         while send() { fill() }
 
+        let heard = pacer.heard
         #expect(Array(heard.prefix(11)) == Array(sourcePackets.prefix(11)))
         #expect(abs(heard.count - sourcePackets.count) <= 1, "\(heard.count) frames for \(sourcePackets.count) source packets")
         let (heardPCM, sourcePCM) = (try OpusDecoder(), try OpusDecoder())
@@ -188,5 +165,35 @@ import Testing
         let (lag, ratio) = (best.lag, best.ratio)
         #expect(ratio < 0.2, "the played wave differs from the source's at half volume by \(ratio) of its level at best")
         #expect(abs(lag - 312) <= 2, "the played wave is \(lag) samples behind the source's")
+    }
+}
+
+/// The worker's and the pacer's sides of one playback, in turn on the test's thread.
+final class OutboxPacer {
+    let playback: Playback
+    let lead: Int
+    /// What the pacer took, in order.
+    private(set) var heard: [[UInt8]] = []
+
+    init(_ playback: Playback, lead: Int) {
+        self.playback = playback
+        self.lead = lead
+    }
+
+    /// Fills the outbox up to the lead (once the play has ended there is nothing left to fill).
+    func fill() {
+        guard playback.claimFill(refillAt: Int.max) else { return }
+        playback.fill(lead: lead, encoder: OpusEncoderConfiguration(), metrics: EngineMetrics(), network: nil)
+    }
+
+    /// Takes the next item, as a tick does; false at the end or with nothing ready.
+    func send() -> Bool {
+        switch playback.nextOutboxItem() {
+        case .frame(let packet, _, _, _):
+            heard.append(packet)
+            return true
+        case .end, nil: return false
+        case .opened: return true
+        }
     }
 }
