@@ -118,6 +118,59 @@ import NIOCore
         #expect(audio(of: a) == 0)
     }
 
+    /// Volume and filter changes from another thread while the ticks take frames: each renders
+    /// the frames waiting again on a worker, racing the ticks. Every frame of the track still
+    /// comes out once (as many as with no change), and the last volume set is what is heard at
+    /// the end. (Under ThreadSanitizer this is the race between the outbox, the worker's
+    /// re-render and the tick.)
+    @Test func changesWhileTheTicksTakeFramesLoseAndRepeatNothing() throws {
+        func audioPackets(_ driver: TickDriver, _ id: SessionID) -> [[UInt8]] {
+            driver.messages.compactMap { if case .audio(let p) = $0, p.sessionID == id { Array(p.payload.readableBytesView) } else { nil } }
+        }
+        func finished(_ driver: TickDriver) -> Bool {
+            driver.messages.contains { if case .event(let e) = $0 { e.type == .finished } else { false } }
+        }
+        let quiet = try TickDriver()
+        let id = try SessionID("changes")
+        _ = try quiet.manager.play(sessionID: id, url: "tone-440.mp3")
+        try quiet.tick(until: { finished(quiet) })
+        let expected = audioPackets(quiet, id).count
+
+        let driver = try TickDriver()
+        _ = try driver.manager.play(sessionID: id, url: "tone-440.mp3")
+        let done = ManagedAtomicFlag()
+        let manager = driver.manager
+        let changer = Thread {
+            var step = 0
+            while !done.isSet {
+                step += 1
+                _ = try? manager.setVolume(sessionID: id, volume: step % 2 == 0 ? 100 : 30)
+                if step % 5 == 0 {
+                    _ = try? manager.setFilters(sessionID: id, filters: step % 10 == 0 ? Filters() : Filters(karaoke: Karaoke()))
+                }
+                Thread.sleep(forTimeInterval: 0.003)
+            }
+            _ = try? manager.setFilters(sessionID: id, filters: Filters())
+            _ = try? manager.setVolume(sessionID: id, volume: 30)
+            done.finish()
+        }
+        changer.start()
+        try driver.tick(until: { audioPackets(driver, id).count >= expected - 15 })
+        done.set()
+        while !done.isFinished { Thread.sleep(forTimeInterval: 0.001) }
+        try driver.tick(until: { finished(driver) })
+        let packets = audioPackets(driver, id)
+        #expect(packets.count == expected, "\(packets.count) frames, \(expected) without changes")
+        // The tone at 30 % in the last frames before the track's end: 10.5 dB below the same
+        // frames played without a change.
+        func tail(_ packets: [[UInt8]]) throws -> [Double] {
+            let decoder = try OpusDecoder()
+            return Array(try packets.map { Spectrum.dBFS(try decoder.decode($0)) }.dropLast(2).suffix(4))
+        }
+        let (changed, plain) = (try tail(packets), try tail(audioPackets(quiet, id)))
+        #expect(zip(changed, plain).allSatisfy { abs($0 - $1 - 20 * log10(0.3)) < 1 }, "the last frames at \(changed) dBFS, \(plain) unchanged")
+    }
+
     @Test func anUndecodableFileEndsWithErrorThenFinished() throws {
         let driver = try TickDriver()
         try "garbage".write(toFile: driver.directory.file("bad.mp3"), atomically: true, encoding: .utf8)
@@ -166,4 +219,14 @@ import NIOCore
         #expect(heard > 10)
         #expect(driver.manager.totals.nulled == 0, "\(driver.manager.totals)")
     }
+}
+
+/// A flag one thread sets and another reads, and a second for "the other thread is done".
+final class ManagedAtomicFlag: @unchecked Sendable {
+    private let lock = NSLock()
+    private var set_ = false, finished_ = false
+    var isSet: Bool { lock.withLock { set_ } }
+    var isFinished: Bool { lock.withLock { finished_ } }
+    func set() { lock.withLock { set_ = true } }
+    func finish() { lock.withLock { finished_ = true } }
 }
