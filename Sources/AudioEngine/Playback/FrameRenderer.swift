@@ -38,7 +38,8 @@ final class FrameRenderer {
     /// A frame encoded ahead: its input and the states before it.
     private struct Kept {
         var sequence: UInt64 = .max
-        var input = [Float](repeating: 0, count: OpusEncoder.frameFloats)
+        /// Allocated at the first frame rendered (a passthrough play never pays for it).
+        var input: [Float] = []
         var settings = RenderSettings()
         var state = State()
         var encoderState: [UInt8] = []
@@ -71,7 +72,8 @@ final class FrameRenderer {
     private var kept: [Kept]
     /// Frames rendered so far in this play; the next one is this number.
     private(set) var rendered: UInt64 = 0
-    private var pcm = [Float](repeating: 0, count: OpusEncoder.frameFloats)
+    /// The frame being rendered; allocated at the first.
+    private var pcm: [Float] = []
 
     init(
         encoder configuration: OpusEncoderConfiguration, loudnessTarget: Double, keep: Int, encodeTime: CoreMetrics.Timer?
@@ -118,6 +120,7 @@ final class FrameRenderer {
         kept[slot].settings = settings
         kept[slot].state = state
         encoder.save(into: &kept[slot].encoderState)
+        if kept[slot].input.count != OpusEncoder.frameFloats { kept[slot].input = [Float](repeating: 0, count: OpusEncoder.frameFloats) }
         kept[slot].input.withUnsafeMutableBufferPointer { copy in
             guard let to = copy.baseAddress, let from = input.baseAddress else { return }
             to.update(from: from, count: min(copy.count, input.count))
@@ -210,6 +213,7 @@ final class FrameRenderer {
     private func encode(
         _ input: UnsafeBufferPointer<Float>, volume: Int, state: inout State, with encoder: OpusEncoder
     ) throws -> [UInt8] {
+        if pcm.count != OpusEncoder.frameFloats { pcm = [Float](repeating: 0, count: OpusEncoder.frameFloats) }
         pcm.withUnsafeMutableBufferPointer { out in
             guard let to = out.baseAddress, let from = input.baseAddress else { return }
             to.update(from: from, count: min(out.count, input.count))
