@@ -96,13 +96,15 @@ test-sanitizers: test-tsan test-asan
 ## thread for the session table's Mutex, and a Mutex that waits takes its lock inside the
 ## Synchronization library's futex path, which ThreadSanitizer does not see, so it reports the two
 ## locked accesses as a race (seen 2026-11-24, SessionManager.info against collectTick, both
-## inside `state.withLock`). aSeekIsNotCountedAsLateFrames is left out too: it holds the workers
-## to real time, which an instrumented decoder misses now and then (2 of 3 runs that day). Both
-## run in `make test`.
+## inside `state.withLock`). changesWhileTheTicksTakeFramesLoseAndRepeatNothing is left out for the
+## same reason: its control thread calls setVolume against the ticks (the same report, reshape
+## against collectTick, in CI at 03fe67c). aSeekIsNotCountedAsLateFrames is left out too: it holds
+## the workers to real time, which an instrumented decoder misses now and then (2 of 3 runs that
+## day). All three run in `make test`.
 test-tsan: deps-test
 	swift build --sanitize=thread --build-tests --scratch-path .build-tsan
 	TSAN_OPTIONS=halt_on_error=1 swift test --sanitize=thread --scratch-path .build-tsan --skip-build --no-parallel \
-		--filter '$(UNIT_TESTS)' --skip 'PacerTests|aSeekIsNotCountedAsLateFrames'
+		--filter '$(UNIT_TESTS)' --skip 'PacerTests|aSeekIsNotCountedAsLateFrames|changesWhileTheTicksTakeFramesLoseAndRepeatNothing'
 
 ## A memory error aborts the executable (every test using it fails) and leaves AddressSanitizer's
 ## report in .build-asan/reports, printed here. Leak reports are off: executables the tests kill

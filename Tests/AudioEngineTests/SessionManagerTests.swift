@@ -121,8 +121,9 @@ import NIOCore
     /// Volume and filter changes from another thread while the ticks take frames: each renders
     /// the frames waiting again on a worker, racing the ticks. Every frame of the track still
     /// comes out once (as many as with no change), and the last volume set is what is heard at
-    /// the end. (Under ThreadSanitizer this is the race between the outbox, the worker's
-    /// re-render and the tick.)
+    /// the end. (Left out of the ThreadSanitizer run: the control thread and the ticks contend
+    /// for the session table's Mutex, whose futex path ThreadSanitizer reports as a race; see
+    /// the Makefile.)
     @Test func changesWhileTheTicksTakeFramesLoseAndRepeatNothing() throws {
         func audioPackets(_ driver: TickDriver, _ id: SessionID) -> [[UInt8]] {
             driver.messages.compactMap { if case .audio(let p) = $0, p.sessionID == id { Array(p.payload.readableBytesView) } else { nil } }
