@@ -50,7 +50,6 @@ final class FrameRenderer {
     struct Saved {
         fileprivate let state: State
         fileprivate let encoderState: [UInt8]?
-        fileprivate let rendered: UInt64
     }
 
     /// Frames rendered again from `first` on, not yet in the outbox.
@@ -109,10 +108,10 @@ final class FrameRenderer {
         apply(settings, to: &state)
     }
 
-    /// Renders one frame of `input` with `settings` and encodes it, keeping what it takes to do
-    /// it again. Returns the packet; the frame's sequence number is `rendered - 1` after.
+    /// Renders one frame of `input` with `settings` (taken on with `apply` before) and encodes
+    /// it, keeping what it takes to do it again. Returns the packet; the frame's sequence number
+    /// is `rendered - 1` after.
     func render(_ input: UnsafeBufferPointer<Float>, settings: RenderSettings) throws -> [UInt8] {
-        apply(settings)
         let encoder = try encoder ?? OpusEncoder(configuration: encoderConfiguration)
         self.encoder = encoder
         let slot = Int(rendered % UInt64(kept.count))
@@ -138,13 +137,12 @@ final class FrameRenderer {
             encoder.save(into: &copy)
             bytes = copy
         }
-        return Saved(state: state, encoderState: bytes, rendered: rendered)
+        return Saved(state: state, encoderState: bytes)
     }
 
     func restore(_ saved: Saved) {
         state = saved.state
         if let bytes = saved.encoderState { encoder?.restore(from: bytes) }
-        rendered = saved.rendered
     }
 
     /// Renders the frames from `first` to the last one rendered again with `settings`, from the
