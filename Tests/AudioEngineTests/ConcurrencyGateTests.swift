@@ -74,6 +74,23 @@ import Testing
         #expect(!Self.running(marker))
     }
 
+    /// What a subprocess writes just before it exits is all there, every time: yt-dlp's answer is
+    /// its last line (CI once saw a resolve fail with "no usable description" when the exit was
+    /// noticed while the line was still being read), and it may be larger than a pipe holds.
+    @Test func everythingAProcessWritesBeforeItExitsIsReturned() async throws {
+        for run in 0..<500 {
+            let output = try await ProcessOutput.run(
+                "sh", arguments: ["-c", "echo out \(run); echo err \(run) >&2"], timeout: .seconds(30))
+            #expect(String(decoding: output.standardOutput, as: UTF8.self) == "out \(run)\n")
+            #expect(output.standardError == "err \(run)\n")
+            if output.standardOutput.isEmpty { break }
+        }
+        let large = try await ProcessOutput.run(
+            "python3", arguments: ["-c", "import sys; sys.stdout.write('x' * 1_000_000); sys.stderr.write('y' * 200_000)"],
+            timeout: .seconds(30))
+        #expect(large.status == 0 && large.standardOutput.count == 1_000_000 && large.standardError.utf8.count == 200_000)
+    }
+
     /// Whether a process whose command line contains `marker` is alive.
     static func running(_ marker: String) -> Bool {
         let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []

@@ -134,22 +134,25 @@ struct ProcessOutput: Sendable {
         process.standardOutput = out
         process.standardError = err
         process.standardInput = FileHandle.nullDevice
-        let collected = OutputCollector()
-        out.fileHandleForReading.readabilityHandler = { collected.append(out: $0.availableData) }
-        err.fileHandleForReading.readabilityHandler = { collected.append(err: $0.availableData) }
+        let expired = Flag()
         let exit = ProcessExit()
         process.terminationHandler = { exit.finish($0.terminationStatus) }
         try process.run()
         let pid = process.processIdentifier
+        // Each pipe is read to its end on a thread of its own, from the start: a child that writes
+        // more than a pipe holds is not blocked, and nothing it wrote can be missed at its exit
+        // (a readability handler still running when the exit was seen once lost yt-dlp's answer).
+        async let standardOutput = readToEnd(out.fileHandleForReading)
+        async let standardError = readToEnd(err.fileHandleForReading)
         // SIGKILL: the child inherits the spawning thread's signal mask, which may block SIGTERM.
         // The process dies with the task that waits for it (a cancelled play, the engine's shutdown),
-        // and is waited for even then: its pipes are read only once it has exited.
+        // and is waited for even then.
         let status = await withTaskCancellationHandler {
             await withTaskGroup(of: Void.self) { group -> Int32 in
                 group.addTask {
                     try? await Task.sleep(for: timeout)
                     guard !Task.isCancelled else { return }
-                    collected.markTimedOut()
+                    expired.set()
                     kill(pid, SIGKILL)
                 }
                 let status = await exit.wait()
@@ -159,14 +162,17 @@ struct ProcessOutput: Sendable {
         } onCancel: {
             kill(pid, SIGKILL)
         }
-        out.fileHandleForReading.readabilityHandler = nil
-        err.fileHandleForReading.readabilityHandler = nil
-        collected.append(out: out.fileHandleForReading.readDataToEndOfFile())
-        collected.append(err: err.fileHandleForReading.readDataToEndOfFile())
-        if collected.timedOut { throw Timeout() }
+        let (stdout, stderr) = await (standardOutput, standardError)
+        if expired.isSet { throw Timeout() }
         try Task.checkCancellation()
-        let (stdout, stderr) = collected.value
         return ProcessOutput(status: status, standardOutput: stdout, standardError: String(decoding: stderr, as: UTF8.self))
+    }
+
+    /// What a pipe carries until every writer has closed it, read off Swift's cooperative pool.
+    private static func readToEnd(_ handle: FileHandle) async -> Data {
+        await withCheckedContinuation { continuation in
+            Thread.detachNewThread { continuation.resume(returning: handle.readDataToEndOfFile()) }
+        }
     }
 }
 
@@ -198,13 +204,9 @@ final class ProcessExit: Sendable {
     }
 }
 
-/// Output gathered from a subprocess's pipes as it arrives.
-final class OutputCollector: Sendable {
-    private let data = Mutex<(Data, Data)>((Data(), Data()))
-    private let expired = Mutex(false)
-    func markTimedOut() { expired.withLock { $0 = true } }
-    var timedOut: Bool { expired.withLock { $0 } }
-    func append(out chunk: Data) { data.withLock { $0.0.append(chunk) } }
-    func append(err chunk: Data) { data.withLock { $0.1.append(chunk) } }
-    var value: (Data, Data) { data.withLock { $0 } }
+/// A mark that one task sets and another reads after it.
+final class Flag: Sendable {
+    private let value = Mutex(false)
+    func set() { value.withLock { $0 = true } }
+    var isSet: Bool { value.withLock { $0 } }
 }
