@@ -193,7 +193,7 @@ final class OutboxPacer {
             heard.append(packet)
             return true
         case .end, nil: return false
-        case .opened: return true
+        case .opened, .handover, .previousEnded, .nextFailed: return true
         }
     }
 }

@@ -142,9 +142,10 @@ final class MediaDecoder {
 
     // MARK: Decoded frames
 
-    /// Writes the next 20 ms into `output` (resized to `OpusEncoder.frameFloats`). The last frame
-    /// of a source is padded with silence.
-    func readFrame(into output: inout [Float]) throws(MediaError) -> Next<Void> {
+    /// Writes the next 20 ms into `output` (resized to `OpusEncoder.frameFloats`) and says how
+    /// many of its floats are the source's: the last frame of a source is padded with silence.
+    @discardableResult
+    func readFrame(into output: inout [Float]) throws(MediaError) -> Next<Int> {
         try openDecoder()
         let needed = OpusEncoder.frameFloats
         while fifo.count - fifoStart < needed && !resamplerDrained {
@@ -165,7 +166,7 @@ final class MediaDecoder {
             fifo.removeFirst(fifoStart)
             fifoStart = 0
         }
-        return .value(())
+        return .value(take)
     }
 
     /// Moves to `positionMS`. The next decoded frame starts exactly there; the next compressed

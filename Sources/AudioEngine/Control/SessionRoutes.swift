@@ -8,20 +8,26 @@ extension PlayStarted: ResponseEncodable {}
 extension SessionInfo: ResponseEncodable {}
 extension SessionList: ResponseEncodable {}
 extension StopResult: ResponseEncodable {}
+extension NextQueued: ResponseEncodable {}
 
 extension ControlAPI {
     func addSessionRoutes(to router: Router<some RequestContext>) {
         router.post("/session/:id/play") { request, context -> EditedResponse<PlayStarted> in
             let id = try Self.sessionID(context)
             let body = try await Self.decode(PlayRequest.self, request, context)
-            guard let url = body.url, !url.trimmingCharacters(in: .whitespaces).isEmpty else {
-                throw APIError.badRequest(
-                    "missing_url", "the body needs \"url\": an http(s) URL or a file name inside the media directory")
-            }
             let started = try manager.play(
-                sessionID: id, url: url, startMS: body.startMS ?? 0, volume: body.volume, filters: body.filters,
+                sessionID: id, url: try Self.required(body.url), startMS: body.startMS ?? 0, volume: body.volume, filters: body.filters,
                 normalize: body.normalize)
             return EditedResponse(status: .accepted, response: started)
+        }
+        router.post("/session/:id/next") { request, context -> EditedResponse<NextQueued> in
+            let id = try Self.sessionID(context)
+            let body = try await Self.decode(NextRequest.self, request, context)
+            let queued = try manager.setNext(sessionID: id, url: try Self.required(body.url), crossfadeMS: body.crossfadeMS ?? 0)
+            return EditedResponse(status: .accepted, response: queued)
+        }
+        router.delete("/session/:id/next") { _, context -> NextQueued in
+            try manager.cancelNext(sessionID: try Self.sessionID(context))
         }
         router.post("/session/:id/stop") { _, context -> StopResult in
             let id = try Self.sessionID(context)
@@ -70,5 +76,13 @@ extension ControlAPI {
         router.get("/sessions") { _, _ -> SessionList in
             SessionList(sessions: manager.list())
         }
+    }
+
+    /// A request's `url`, which must be there and not blank.
+    private static func required(_ url: String?) throws(APIError) -> String {
+        guard let url, !url.trimmingCharacters(in: .whitespaces).isEmpty else {
+            throw .badRequest("missing_url", "the body needs \"url\": an http(s) URL or a file name inside the media directory")
+        }
+        return url
     }
 }

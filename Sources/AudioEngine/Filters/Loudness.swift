@@ -123,7 +123,7 @@ package struct LoudnessNormalizer {
 
     let target: Double
     /// From the track's tags: the gain is known at once and fixed, and nothing is measured.
-    let taggedLoudness: Double?
+    private(set) var taggedLoudness: Double?
     private var meter = LoudnessMeter()
     /// The gain reached at the end of the last frame, in dB, and the one the measurement asks for.
     private(set) var gainDB: Double
@@ -144,6 +144,14 @@ package struct LoudnessNormalizer {
         let tagged = taggedLoudness.map { Self.clamp(target - $0) }
         gainDB = tagged ?? 0
         wantedDB = gainDB
+    }
+
+    /// The next track starts (a gapless join or a crossfade): its loudness is read from its tag or
+    /// measured afresh, and the gain moves there from where this track left it, without a jump.
+    mutating func startTrack(taggedLoudness: Double?) {
+        self.taggedLoudness = taggedLoudness
+        meter = LoudnessMeter()
+        wantedDB = taggedLoudness.map { Self.clamp(target - $0) } ?? gainDB
     }
 
     /// Whether a track needs normalising at all: not when its tag puts it within 0.5 LU of the

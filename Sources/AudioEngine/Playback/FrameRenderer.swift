@@ -98,6 +98,12 @@ final class FrameRenderer {
         forget()
     }
 
+    /// The next track of a gapless join or a crossfade goes through from here.
+    func startTrack(taggedLoudness: Double?) {
+        self.taggedLoudness = taggedLoudness
+        state.normalizer?.startTrack(taggedLoudness: taggedLoudness)
+    }
+
     /// Frames already rendered are gone (a seek discarded them): none is rendered again.
     func forget() {
         for index in kept.indices { kept[index].sequence = .max }

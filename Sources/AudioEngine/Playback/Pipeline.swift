@@ -22,7 +22,7 @@ final class Pipeline {
     private let startMS: Int64
     /// Loudness, filters, gain and the encoder (created at the first frame that needs encoding:
     /// a passthrough play never pays for one).
-    let renderer: FrameRenderer
+    private(set) var renderer: FrameRenderer
     private var pcm = [Float](repeating: 0, count: OpusEncoder.frameFloats)
     /// Present while a timescale is set: it takes source frames and gives output frames.
     private var timescale: TimescaleStage?
@@ -45,6 +45,27 @@ final class Pipeline {
     private var skipPacketsBeforeMS: Int64?
     /// Whether the last packet went out untouched.
     private(set) var passthrough = false
+    /// Interleaved floats of the source read since its start: where the track is, in samples.
+    private var sourcePosition: Int64 = 0
+
+    /// The track that plays after this one, opened ahead, and how the two join.
+    struct Following {
+        let playID: UInt64
+        let pipeline: Pipeline
+        /// Interleaved floats over which the two are mixed; 0 joins them on the sample.
+        let fadeFloats: Int
+    }
+    /// Set while the play has a next track; fixed once the join has begun.
+    private(set) var following: Following?
+    /// The join in progress: floats of the fade done, of how many.
+    private var fade: (done: Int, total: Int)?
+    /// The next track's samples on their way into a joined frame.
+    private var joinFrame: [Float] = []
+    /// What the last packet holds of a join: the next track's first samples (`joinStarted`), the
+    /// last of this track's (`joinCompleted`). Once completed, `handOver()` gives the next track's
+    /// pipeline, which carries on with this one's renderer.
+    private(set) var joinStarted = false
+    private(set) var joinCompleted = false
 
     private let packetsSkipped: CoreMetrics.Counter?
     /// Invalid packets in a row; this many (a second's worth) end the play as corrupt.
@@ -117,6 +138,35 @@ final class Pipeline {
         if startMS > 0 { try seek(toMS: startMS) }
     }
 
+    /// Whether the source is open and its samples can be read.
+    var isReady: Bool {
+        if case .ready = stage { return true }
+        return false
+    }
+
+    /// Whether a join with the next track has begun (it can no longer be changed or called off).
+    var isJoining: Bool { fade != nil }
+
+    /// Plays `next` after this track (nil: nothing follows). Ignored once the join has begun.
+    func setFollowing(_ next: Following?) {
+        guard fade == nil else { return }
+        following = next
+    }
+
+    /// The next track's pipeline, carrying on with this one's renderer (one encoder across the
+    /// join, so nothing restarts there) and timescale. Call once the join completed, or after
+    /// this track ended with the next one ready.
+    func handOver() -> Pipeline? {
+        guard let next = following?.pipeline else { return nil }
+        next.renderer = renderer
+        renderer.startTrack(taggedLoudness: next.info?.taggedLoudness)
+        next.timescale = timescale
+        next.lastSourceMicros = lastSourceMicros
+        following = nil
+        fade = nil
+        return next
+    }
+
     var readAhead: ReadAheadInput.Stats? { demuxThread?.readAhead }
 
     /// The next 20 ms Opus packet at `volume` percent through `filters`, brought to the target
@@ -126,8 +176,12 @@ final class Pipeline {
         let settings = RenderSettings(volume: volume, filters: filters, normalize: normalize)
         setTimescale(filters.timescale)
         renderer.apply(settings)
+        joinStarted = false
+        joinCompleted = false
         do {
-            if opusSource && renderer.leavesUnchanged(volume: volume) && decoded.isEmpty && timescale == nil {
+            if opusSource && renderer.leavesUnchanged(volume: volume) && decoded.isEmpty && timescale == nil
+                && fade == nil && !fadeBegins
+            {
                 let packet: CompressedPacket
                 switch try nextSourcePacket(decoder) {
                 case .end: return .end
@@ -137,6 +191,7 @@ final class Pipeline {
                 if OpusPacket.isSingle20msFrame(packet.data) {
                     opusDecoder = nil
                     passthrough = true
+                    sourcePosition += Int64(OpusEncoder.frameFloats)
                     renderer.passedThrough()
                     previousPacket = packet.data
                     lastSourceMicros = 20_000
@@ -151,7 +206,7 @@ final class Pipeline {
                 case .value(let micros): lastSourceMicros = micros
                 }
             } else {
-                switch try readSourceFrame(decoder, into: &pcm) {
+                switch try heardFrame(decoder, into: &pcm) {
                 case .end: return .end
                 case .pending: return .pending
                 case .value: lastSourceMicros = 20_000
@@ -164,10 +219,117 @@ final class Pipeline {
         return .value(try pcm.withUnsafeBufferPointer { try renderer.render($0, settings: settings) })
     }
 
-    /// The next 20 ms of decoded source: what is waiting in `decoded` first, then the source's.
-    private func readSourceFrame(_ decoder: MediaDecoder, into frame: inout [Float]) throws -> Next<Void> {
+    /// The next 20 ms of what is heard: this track's, and at its end the next track's, joined on
+    /// the sample or mixed over the fade.
+    private func heardFrame(_ decoder: MediaDecoder, into frame: inout [Float]) throws -> Next<Void> {
         let needed = OpusEncoder.frameFloats
-        if !opusSource && decoded.isEmpty { return try decoder.readFrame(into: &frame) }
+        guard let next = following?.pipeline, next.isReady else {
+            switch try readSourceFrame(decoder, into: &frame) {
+            case .value: return .value(())
+            case .end: return .end
+            case .pending: return .pending
+            }
+        }
+        if joinFrame.count != needed { joinFrame = [Float](repeating: 0, count: needed) }
+        if fade == nil && fadeBegins, let floats = following?.fadeFloats {
+            fade = (0, floats)
+            joinStarted = true
+        }
+        if let (done, total) = fade {
+            // The next track's frame first: if it is not there yet, none of this one's is taken.
+            switch try next.readOwnFrame(into: &joinFrame) {
+            case .pending: return .pending
+            case .end: joinFrame.withUnsafeMutableBufferPointer { $0.update(repeating: 0) }
+            case .value: break
+            }
+            switch try readSourceFrame(decoder, into: &frame) {
+            case .pending:
+                next.unread(joinFrame[...])
+                return .pending
+            case .end: frame.withUnsafeMutableBufferPointer { $0.update(repeating: 0) }
+            case .value: break
+            }
+            Self.crossfade(&frame, with: joinFrame, from: done, of: total)
+            fade = (done + needed, total)
+            // This track is cut where the fade ends, whatever is left of it.
+            if done + needed >= total { joinCompleted = true }
+            return .value(())
+        }
+        let valid: Int
+        switch try readSourceFrame(decoder, into: &frame) {
+        case .pending: return .pending
+        case .end: valid = 0
+        case .value(let count): valid = count
+        }
+        guard valid < needed else { return .value(()) }
+        // This track ends within the frame: the next one's first samples fill the rest of it.
+        switch try next.readOwnFrame(into: &joinFrame) {
+        case .pending:
+            // The next track's network is behind: the frame keeps its silence, and the join
+            // happens at the next frame.
+            return valid > 0 ? .value(()) : .pending
+        case .end: joinFrame.withUnsafeMutableBufferPointer { $0.update(repeating: 0) }
+        case .value: break
+        }
+        frame.withUnsafeMutableBufferPointer { out in
+            joinFrame.withUnsafeBufferPointer { from in
+                guard let to = out.baseAddress, let source = from.baseAddress else { return }
+                (to + valid).update(from: source, count: needed - valid)
+            }
+        }
+        next.unread(joinFrame[(needed - valid)...])
+        fade = (0, 0)
+        joinStarted = true
+        joinCompleted = true
+        return .value(())
+    }
+
+    /// Whether the fade into the next track starts with the next frame: the next track is open,
+    /// a fade is asked for, and this track's known duration ends within it.
+    private var fadeBegins: Bool {
+        guard fade == nil, let following, following.fadeFloats > 0, following.pipeline.isReady,
+            let duration = info?.durationMS, duration > 0
+        else { return false }
+        let end = 2 * MediaTime.samples(ms: duration)
+        return sourcePosition + Int64(OpusEncoder.frameFloats) > end - Int64(following.fadeFloats)
+    }
+
+    /// Equal-power curves: this track's level falls as the cosine, the next one's rises as the
+    /// sine, so the sum keeps its loudness through the fade. `done` and `total` are in floats.
+    static func crossfade(_ frame: inout [Float], with next: [Float], from done: Int, of total: Int) {
+        let pairs = min(frame.count, next.count) / 2
+        for pair in 0..<pairs {
+            let progress = min(Float(done / 2 + pair) / Float(max(total / 2, 1)), 1)
+            let out = cos(progress * .pi / 2), into = sin(progress * .pi / 2)
+            for channel in 0..<2 {
+                let index = pair * 2 + channel
+                frame[index] = frame[index] * out + next[index] * into
+            }
+        }
+    }
+
+    /// The next 20 ms of this track's own samples (the next track's side of a join).
+    private func readOwnFrame(into frame: inout [Float]) throws -> Next<Int> {
+        guard case .ready(let decoder) = stage else { return .pending }
+        return try readSourceFrame(decoder, into: &frame)
+    }
+
+    /// Samples read but not used go back in front of the source.
+    private func unread(_ samples: ArraySlice<Float>) {
+        guard !samples.isEmpty else { return }
+        decoded = Array(samples) + decoded
+        sourcePosition -= Int64(samples.count)
+    }
+
+    /// The next 20 ms of decoded source: what is waiting in `decoded` first, then the source's.
+    /// Says how many floats are the source's (the last frame is padded with silence).
+    private func readSourceFrame(_ decoder: MediaDecoder, into frame: inout [Float]) throws -> Next<Int> {
+        let needed = OpusEncoder.frameFloats
+        if !opusSource && decoded.isEmpty {
+            let next = try decoder.readFrame(into: &frame)
+            if case .value(let count) = next { sourcePosition += Int64(count) }
+            return next
+        }
         while decoded.count < needed {
             let next: Next<Void>
             if opusSource {
@@ -179,8 +341,13 @@ final class Pipeline {
                 case .pending: next = .pending
                 }
             } else {
-                next = try decoder.readFrame(into: &scratch)
-                if case .value = next { decoded += scratch }
+                switch try decoder.readFrame(into: &scratch) {
+                case .value(let count):
+                    decoded += scratch[..<count]
+                    next = .value(())
+                case .end: next = .end
+                case .pending: next = .pending
+                }
             }
             switch next {
             case .value: continue
@@ -188,9 +355,20 @@ final class Pipeline {
             case .end:
                 guard !decoded.isEmpty else { return .end }
                 // The final partial frame, padded with silence.
+                let valid = decoded.count
                 decoded.append(contentsOf: repeatElement(0, count: needed - decoded.count))
+                copyFirstFrame(into: &frame)
+                sourcePosition += Int64(valid)
+                return .value(valid)
             }
         }
+        copyFirstFrame(into: &frame)
+        sourcePosition += Int64(needed)
+        return .value(needed)
+    }
+
+    private func copyFirstFrame(into frame: inout [Float]) {
+        let needed = OpusEncoder.frameFloats
         if frame.count != needed { frame = [Float](repeating: 0, count: needed) }
         frame.withUnsafeMutableBufferPointer { out in
             decoded.withUnsafeBufferPointer { source in
@@ -199,7 +377,6 @@ final class Pipeline {
             }
         }
         decoded.removeFirst(needed)
-        return .value(())
     }
 
     /// The next frame through the timescale stage into `pcm`, and the source time it covers.
@@ -212,7 +389,7 @@ final class Pipeline {
             if sourceEnded {
                 sourceFrame.withUnsafeMutableBufferPointer { $0.update(repeating: 0) }
             } else {
-                switch try readSourceFrame(decoder, into: &sourceFrame) {
+                switch try heardFrame(decoder, into: &sourceFrame) {
                 case .pending: return .pending
                 case .value: break
                 case .end:
@@ -284,6 +461,7 @@ final class Pipeline {
             throw APIError.unplayable(error)
         }
         decoded.removeAll(keepingCapacity: true)
+        sourcePosition = 2 * MediaTime.samples(ms: positionMS)
         renderer.forget()
         if let settings = timescale?.settings { timescale = TimescaleStage(settings) }
         sourceEnded = false

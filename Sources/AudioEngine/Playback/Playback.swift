@@ -15,6 +15,25 @@ enum OutboxItem {
     case frame([UInt8], passthrough: Bool, sourceMicros: Int, rendered: UInt64?)
     /// The play is over: `finished` (source ended) or `error` (it failed).
     case end(FinishReason, APIError?)
+    /// The next play is heard from the following frame (a gapless join or a crossfade's start):
+    /// it becomes the session's play, and `ready` says so.
+    case handover(NextPlay, MediaInfo, passthrough: Bool)
+    /// The previous play's last samples went out (the join or the fade is complete): `finished`.
+    case previousEnded(playID: UInt64)
+    /// The next play could not be opened: `error` and `finished` for it; the current one goes on
+    /// to its end.
+    case nextFailed(playID: UInt64, APIError)
+}
+
+/// A play asked to follow the current one.
+struct NextPlay: Sendable {
+    let playID: UInt64
+    let url: String
+    /// Interleaved floats of the crossfade (0: gapless).
+    let fadeFloats: Int
+    var metadata: TrackMetadata?
+    /// nil while a page URL is being resolved.
+    var source: ResolvedSource?
 }
 
 /// A single play on a session. Frames are produced by worker threads and consumed by the pacer.
@@ -46,6 +65,8 @@ final class Playback: @unchecked Sendable {
         var source: ResolvedSource?
         /// The stream URL expired: reopen the (re-resolved) source at this position.
         var pendingReopenMS: Int64?
+        /// The play asked to follow this one; cleared once it is heard.
+        var next: NextPlay?
 
         /// The renderer's numbers of the frames waiting, when every one was rendered and they
         /// follow each other.
@@ -64,9 +85,16 @@ final class Playback: @unchecked Sendable {
             return run
         }
 
-        /// Drops what was encoded ahead; a frame a worker is encoding now is discarded on arrival.
+        /// Drops what was encoded ahead (but not the markers of a join: their events are owed);
+        /// a frame a worker is encoding now is discarded on arrival.
         mutating func discardEncoded() {
-            items.removeAll(keepingCapacity: true)
+            items = CircularBuffer(
+                items.lazy.filter { item in
+                    switch item {
+                    case .handover, .previousEnded, .nextFailed: true
+                    default: false
+                    }
+                })
             bufferedFrames = 0
             ended = false
             generation += 1
@@ -86,6 +114,10 @@ final class Playback: @unchecked Sendable {
 
     /// Owned by the worker holding the fill token.
     private var pipeline: Pipeline?
+    /// The play the pipeline's track belongs to: `playID`, then each play joined after it.
+    private var pipelinePlayID: UInt64
+    /// The plays opened ahead to follow, by id (the next one, and during a fade the one after it).
+    private var opened: [UInt64: NextPlay] = [:]
     /// `.opened` has been queued (once per play, not again after a reopen).
     private var announced = false
 
@@ -96,6 +128,7 @@ final class Playback: @unchecked Sendable {
         self.sessionID = sessionID
         self.loudnessTarget = loudnessTarget
         self.playID = playID
+        pipelinePlayID = playID
         self.url = url
         self.startMS = startMS
         var box = Outbox()
@@ -183,6 +216,29 @@ final class Playback: @unchecked Sendable {
         }
     }
 
+    /// Plays `next` after the current track (nil: nothing follows).
+    func setNext(_ next: NextPlay?) {
+        outbox.withLockedValue { $0.next = next }
+    }
+
+    /// Hands over the source of the next play once its page is resolved.
+    func provideNext(_ source: ResolvedSource, playID: UInt64) {
+        outbox.withLockedValue { box in
+            guard box.next?.playID == playID else { return }
+            box.next?.source = source
+            box.next?.metadata = source.metadata
+        }
+    }
+
+    /// The next play's page could not be resolved.
+    func failNext(_ error: any Error, playID: UInt64) {
+        outbox.withLockedValue { box in
+            guard box.next?.playID == playID, !box.cancelled else { return }
+            box.next = nil
+            box.items.append(.nextFailed(playID: playID, APIError.wrap(error)))
+        }
+    }
+
     func setNormalize(_ normalize: Bool) {
         outbox.withLockedValue { box in
             box.normalize = normalize
@@ -223,7 +279,7 @@ final class Playback: @unchecked Sendable {
                 return
             }
         }
-        guard let pipeline else { return }
+        guard var pipeline else { return }
         do {
             guard let info = try pipeline.open() else { return }  // still opening
             if !announced {
@@ -237,11 +293,17 @@ final class Playback: @unchecked Sendable {
             return
         }
         while true {
-            let (buffered, stop, seek, volume, filters, normalize, generation, again) = outbox.withLockedValue {
-                ($0.bufferedFrames, $0.cancelled, $0.pendingSeekMS, $0.volume, $0.filters, $0.normalize, $0.generation, $0.renderAgain)
+            let (buffered, stop, seek, volume, filters, normalize, generation, again, next) = outbox.withLockedValue {
+                (
+                    $0.bufferedFrames, $0.cancelled, $0.pendingSeekMS, $0.volume, $0.filters, $0.normalize, $0.generation,
+                    $0.renderAgain, $0.next
+                )
             }
             if stop { return }
+            prepare(next, after: pipeline, encoder: configuration, lead: lead, metrics: metrics, network: network)
             if let seek {
+                // A seek during a fade is a seek in the next track: the fade ends there.
+                if pipeline.isJoining, let joined = handOver(from: pipeline) { pipeline = joined }
                 do {
                     try pipeline.seek(toMS: seek)
                 } catch {
@@ -264,20 +326,97 @@ final class Playback: @unchecked Sendable {
                 case .pending:
                     return  // the network is behind: try again next tick
                 case .end:
+                    if let following = pipeline.following {
+                        // The next track was not joined within a frame (its source passes through
+                        // whole packets, or it was not open yet): it starts with the next frame,
+                        // once it is open.
+                        guard following.pipeline.isReady else { return }
+                        announce(following, of: pipeline, volume: volume, filters: filters, normalize: normalize)
+                        guard let joined = handOver(from: pipeline) else { return }
+                        pipeline = joined
+                        continue
+                    }
                     push(.end(.finished, nil), frames: 0, generation: generation)
                     return
                 case .value(let packet):
+                    if pipeline.joinStarted, let following = pipeline.following {
+                        announce(following, of: pipeline, volume: volume, filters: filters, normalize: normalize)
+                    }
                     push(
                         .frame(
                             packet, passthrough: pipeline.passthrough, sourceMicros: pipeline.lastSourceMicros,
                             rendered: pipeline.passthrough ? nil : pipeline.renderer.rendered - 1),
                         frames: 1, generation: generation)
+                    if pipeline.joinCompleted, let joined = handOver(from: pipeline) { pipeline = joined }
                 }
             } catch {
                 push(.end(.error, APIError.wrap(error)), frames: 0, generation: generation)
                 return
             }
         }
+    }
+
+    /// Opens the play asked to follow ahead, attached to the track it follows (the next one's
+    /// while a fade is under way), and replaces or drops it when the ask changed.
+    private func prepare(
+        _ asked: NextPlay?, after pipeline: Pipeline, encoder configuration: OpusEncoderConfiguration, lead: Int,
+        metrics: EngineMetrics, network: SourceNetwork?
+    ) {
+        let host = pipeline.isJoining ? (pipeline.following?.pipeline ?? pipeline) : pipeline
+        // The play being faded into is not asked to follow itself.
+        let asked = asked.flatMap { $0.playID == pipeline.following?.playID && pipeline.isJoining ? nil : $0 }
+        if host.following?.playID != asked?.playID {
+            guard let asked else {
+                host.setFollowing(nil)
+                return
+            }
+            guard let source = asked.source else { return }  // its page is being resolved
+            do {
+                let next = try Pipeline(
+                    source: source, encoder: configuration, loudnessTarget: loudnessTarget, lead: lead, metrics: metrics,
+                    network: network)
+                host.setFollowing(.init(playID: asked.playID, pipeline: next, fadeFloats: asked.fadeFloats))
+                opened = opened.filter { $0.key == pipeline.following?.playID }
+                opened[asked.playID] = asked
+            } catch {
+                failNext(error, playID: asked.playID)
+                return
+            }
+        }
+        guard let following = host.following, !following.pipeline.isReady else { return }
+        do {
+            _ = try following.pipeline.open()
+        } catch {
+            host.setFollowing(nil)
+            failNext(error, playID: following.playID)
+        }
+    }
+
+    /// The next play is heard from the next frame: the pacer makes it the session's play. Once
+    /// its samples are in a frame, the join stands even if the ask was withdrawn meanwhile.
+    private func announce(
+        _ following: Pipeline.Following, of pipeline: Pipeline, volume: Int, filters: Filters, normalize: Bool
+    ) {
+        guard let info = following.pipeline.info, let play = opened.removeValue(forKey: following.playID) else { return }
+        let passthrough = following.pipeline.passesThrough(volume: volume, filters: filters, normalize: normalize)
+        outbox.withLockedValue { box in
+            guard !box.cancelled else { return }
+            if box.next?.playID == following.playID { box.next = nil }
+            box.items.append(.handover(play, info, passthrough: passthrough))
+        }
+    }
+
+    /// The join is complete: the previous play has ended, and the next track's pipeline carries on.
+    private func handOver(from pipeline: Pipeline) -> Pipeline? {
+        guard let following = pipeline.following, let joined = pipeline.handOver() else { return nil }
+        let previous = pipelinePlayID
+        pipelinePlayID = following.playID
+        self.pipeline = joined
+        outbox.withLockedValue { box in
+            guard !box.cancelled else { return }
+            box.items.append(.previousEnded(playID: previous))
+        }
+        return joined
     }
 
     /// Renders the frames still waiting in the outbox again with the settings now asked for, so

@@ -25,9 +25,27 @@ struct EngineSession {
     /// missing frame counts as nulled.
     var playStarted = false
     var counters = FrameCounters()
+    /// The play being faded out under the current one: its `finished` is still owed.
+    var fadingPlayID: UInt64?
+    /// The play asked to follow the current one.
+    var nextPlayID: UInt64?
     var lastChange = ContinuousClock.now
 
     init(normalize: Bool) { self.normalize = normalize }
+
+    /// The `finished` events owed when the session's play ends for `reason`: the play faded out
+    /// under it ended with it, and a play asked to follow it never starts (`stopped` when the play
+    /// ran out or failed: nothing else stopped it).
+    mutating func owedEnds(_ id: SessionID, _ reason: FinishReason) -> [WireEvent] {
+        let ending: FinishReason = reason == .error ? .finished : reason
+        let cancelled: FinishReason = reason == .finished || reason == .error ? .stopped : reason
+        defer {
+            fadingPlayID = nil
+            nextPlayID = nil
+        }
+        return [fadingPlayID.map { SessionManager.finished(id, $0, ending) }, nextPlayID.map { SessionManager.finished(id, $0, cancelled) }]
+            .compactMap { $0 }
+    }
 
     var positionMS: Int64 { MediaTime.sum(positionBaseMS, min(sourceMicrosSinceBase, 1 << 50) / 1_000) }
 }

@@ -71,6 +71,20 @@ extension SessionManager {
                 sent(id, playback, passthrough: passthrough, sourceMicros: sourceMicros, &session, into: &batch)
             case .end(let reason, let error):
                 ended(id, playback, reason: reason, error: error, &session, into: &batch)
+            case .handover(let next, let info, let passthrough):
+                joined(id, next, info: info, passthrough: passthrough, &session, into: &batch)
+                continue
+            case .previousEnded(let playID):
+                if session.fadingPlayID == playID {
+                    session.fadingPlayID = nil
+                    batch.append(Self.finished(id, playID, .finished))
+                }
+                continue
+            case .nextFailed(let playID, let error):
+                if session.nextPlayID == playID { session.nextPlayID = nil }
+                batch.append(WireEvent(type: .error, sessionID: id, playID: playID, code: error.code, message: error.message))
+                batch.append(Self.finished(id, playID, .error))
+                continue
             }
             break
         }
@@ -95,6 +109,32 @@ extension SessionManager {
                 passthrough: passthrough))
     }
 
+    /// The next play joined the current one: it is the session's play, `ready` says so, and the
+    /// previous one's `finished` follows once its last samples are out.
+    private func joined(
+        _ id: SessionID, _ next: NextPlay, info: MediaInfo, passthrough: Bool, _ session: inout EngineSession,
+        into batch: inout TickBatch
+    ) {
+        guard let previous = session.machine.playID,
+            session.machine.handle(.joined(previous: previous, next: next.playID)) == .emitReady
+        else { return }
+        session.fadingPlayID = previous
+        if session.nextPlayID == next.playID { session.nextPlayID = nil }
+        session.url = next.url
+        session.metadata = next.metadata
+        session.title = next.metadata?.title ?? info.title ?? next.source?.displayName
+        session.durationMS = next.metadata?.durationMS ?? info.durationMS
+        session.passthrough = passthrough
+        session.positionBaseMS = 0
+        session.framesSinceBase = 0
+        session.sourceMicrosSinceBase = 0
+        session.lastChange = .now
+        batch.append(
+            WireEvent(
+                type: .ready, sessionID: id, playID: next.playID, url: next.url, title: session.title,
+                durationMS: session.durationMS, positionMS: 0, volume: session.volume, passthrough: passthrough))
+    }
+
     /// A frame went into the batch: the position moves on, `progress` once a second.
     private func sent(
         _ id: SessionID, _ playback: Playback, passthrough: Bool, sourceMicros: Int, _ session: inout EngineSession,
@@ -105,7 +145,8 @@ extension SessionManager {
         session.sourceMicrosSinceBase += Int64(sourceMicros)
         session.passthrough = passthrough
         if session.framesSinceBase % configuration.progressInterval == 0 {
-            batch.append(WireEvent(type: .progress, sessionID: id, playID: playback.playID, positionMS: session.positionMS))
+            batch.append(
+                WireEvent(type: .progress, sessionID: id, playID: session.machine.playID, positionMS: session.positionMS))
         }
     }
 
@@ -114,22 +155,22 @@ extension SessionManager {
         _ id: SessionID, _ playback: Playback, reason: FinishReason, error: APIError?, _ session: inout EngineSession,
         into batch: inout TickBatch
     ) {
-        let input: SessionStateMachine.Input =
-            reason == .finished ? .ended(playID: playback.playID) : .failed(playID: playback.playID)
+        let playID = session.machine.playID ?? playback.playID
+        let input: SessionStateMachine.Input = reason == .finished ? .ended(playID: playID) : .failed(playID: playID)
         switch session.machine.handle(input) {
         case .finish:
-            batch.append(Self.finished(id, playback.playID, .finished))
+            batch.append(Self.finished(id, playID, .finished))
         case .fail:
             let error = error ?? APIError.wrap(MediaError(kind: .decodeFailed, message: "the play failed"))
-            batch.append(
-                WireEvent(type: .error, sessionID: id, playID: playback.playID, code: error.code, message: error.message))
-            batch.append(Self.finished(id, playback.playID, .error))
+            batch.append(WireEvent(type: .error, sessionID: id, playID: playID, code: error.code, message: error.message))
+            batch.append(Self.finished(id, playID, .error))
             metrics.sourceErrors.increment()
             logger.warning(
                 "play failed", metadata: ["session.id": "\(id)", "play.id": "\(playback.playID)", "error": "\(error)"])
         default:
             break
         }
+        for event in session.owedEnds(id, reason) { batch.append(event) }
         session.playback = nil
         session.lastChange = .now
     }
@@ -146,6 +187,7 @@ extension SessionManager {
                 state.sessions.values[index].playback?.cancel()
                 if let playback = state.sessions.values[index].playback { retired.append(playback) }
                 batch.append(Self.finished(id, playID, .cleanup))
+                for event in state.sessions.values[index].owedEnds(id, .cleanup) { batch.append(event) }
             }
             removed.append(id)
         }

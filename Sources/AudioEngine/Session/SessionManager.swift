@@ -83,6 +83,7 @@ package final class SessionManager: Sendable {
                 session.playback?.cancel()
                 state.pendingEvents.append(Self.finished(sessionID, replacing, .replaced))
             }
+            state.pendingEvents += session.owedEnds(sessionID, .replaced)
             replaced = session.playback
             session.playback = playback
             session.url = url
@@ -121,6 +122,64 @@ package final class SessionManager: Sendable {
         return PlayStarted(sessionID: sessionID, playID: playback.playID, state: .extracting)
     }
 
+    /// Asks for `url` to follow the session's play: opened ahead, joined on the sample when
+    /// `crossfadeMS` is 0, else mixed into the end of the current track over that time. Replaces
+    /// the play asked before (which ends with `finished`/`replaced`).
+    func setNext(sessionID: SessionID, url: String, crossfadeMS: Int = 0) throws(APIError) -> NextQueued {
+        guard (0...NextRequest.maxCrossfadeMS).contains(crossfadeMS) else {
+            throw .badRequest(
+                "invalid_crossfade", "\"crossfade_ms\" must be from 0 to \(NextRequest.maxCrossfadeMS), got \(crossfadeMS)")
+        }
+        let plan = try resolver.plan(url)
+        var ready: ResolvedSource?
+        if case .ready(let source) = plan { ready = source }
+        let (playback, playID) = try state.withLock { state throws(APIError) -> (Playback, UInt64) in
+            guard var session = state.sessions[sessionID] else { throw Self.unknown(sessionID) }
+            guard session.machine.hasActivePlay, let playback = session.playback else {
+                throw APIError(
+                    status: .conflict, code: "invalid_state", message: "nothing is playing on this session to follow")
+            }
+            let playID = state.nextPlayID
+            state.nextPlayID += 1
+            if let replaced = session.nextPlayID { state.pendingEvents.append(Self.finished(sessionID, replaced, .replaced)) }
+            session.nextPlayID = playID
+            playback.setNext(
+                NextPlay(
+                    playID: playID, url: url, fadeFloats: 96 * crossfadeMS, metadata: ready?.metadata, source: ready))
+            state.sessions[sessionID] = session
+            return (playback, playID)
+        }
+        logger.info(
+            "next", metadata: ["session.id": "\(sessionID)", "play.id": "\(playID)", "url": "\(url)", "crossfade.ms": "\(crossfadeMS)"])
+        if case .page(let page) = plan {
+            background.spawn { [resolver] in
+                do {
+                    playback.provideNext(try await resolver.resolvePage(page), playID: playID)
+                    self.schedule([playback], on: self.openers)
+                } catch {
+                    playback.failNext(error, playID: playID)
+                }
+            }
+        } else {
+            schedule([playback], on: openers)
+        }
+        return NextQueued(sessionID: sessionID, playID: playID, crossfadeMS: crossfadeMS)
+    }
+
+    /// Calls off the play asked to follow (`finished`/`stopped`), unless it is already heard.
+    func cancelNext(sessionID: SessionID) throws(APIError) -> NextQueued {
+        try state.withLock { state throws(APIError) -> NextQueued in
+            guard var session = state.sessions[sessionID] else { throw Self.unknown(sessionID) }
+            if let next = session.nextPlayID {
+                session.playback?.setNext(nil)
+                session.nextPlayID = nil
+                state.pendingEvents.append(Self.finished(sessionID, next, .stopped))
+                state.sessions[sessionID] = session
+            }
+            return NextQueued(sessionID: sessionID, playID: nil, crossfadeMS: nil)
+        }
+    }
+
     /// Stops the session's play, if any. Idempotent; returns whether something was stopped.
     @discardableResult
     func stop(sessionID: SessionID) -> Bool {
@@ -135,6 +194,7 @@ package final class SessionManager: Sendable {
             session.lastChange = .now
             state.sessions[sessionID] = session
             state.pendingEvents.append(Self.finished(sessionID, playID, .stopped))
+            state.pendingEvents += session.owedEnds(sessionID, .stopped)
             return playID
         }
         retire([retired].compactMap { $0 })

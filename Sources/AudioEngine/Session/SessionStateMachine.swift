@@ -14,6 +14,9 @@ struct SessionStateMachine: Sendable, Equatable {
         case failed(playID: UInt64)
         /// The source ran out and its last frame was sent.
         case ended(playID: UInt64)
+        /// The next play joined the current one (gapless, or a crossfade began): it is the
+        /// session's play from here, streaming as the one before was.
+        case joined(previous: UInt64, next: UInt64)
         case pause, resume, seek, stop
         /// The session sat idle (stopped, errored or paused) past the idle timeout.
         case idleTimeout
@@ -69,6 +72,12 @@ struct SessionStateMachine: Sendable, Equatable {
             state = .stopped
             return .finish
         case (.ended, _):
+            return .none
+
+        case (.joined(let previous, let next), .streaming) where previous == playID:
+            playID = next
+            return .emitReady
+        case (.joined, _):
             return .none
 
         case (.pause, .streaming):
