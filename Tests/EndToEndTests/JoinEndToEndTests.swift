@@ -107,3 +107,50 @@ import WireProtocol
         socket.close()
     }
 }
+
+/// The Router's queue with the real engine: the next track is opened ahead, so it follows
+/// without a gap or fades in, and the queue moves on without starting it as a new play.
+@Suite(.serialized) struct QueueJoinEndToEndTests {
+    @Test func queuedTracksCrossfadeThenJoinOnTheSampleAsTheListenerHearsThem() async throws {
+        let cluster = try TonearmCluster(tones: [])
+        for (frequency, seconds) in [(440, 3.0), (660, 2.0), (880, 2.0)] {
+            try MediaFixture.tone(frequency, seconds: seconds, into: cluster.mediaDirectory, name: "\(frequency).wav", sampleRate: 48_000)
+        }
+        try await cluster.startBoth()
+        defer { Task { [cluster] in await cluster.stop() } }
+        let session = "guild-join"
+        let bot = SessionListener(session: session, routerPort: cluster.routerPort, bot: true)
+        #expect(await eventually { bot.isConnected })
+        let fade = try await cluster.call(.POST, "/api/sessions/\(session)/crossfade", #"{"crossfade_ms":1000}"#)
+        #expect(fade.status == 200 && fade.json["crossfade_ms"] as? Int == 1000, "\(fade.json)")
+        let refused = try await cluster.call(.POST, "/api/sessions/\(session)/crossfade", #"{"crossfade_ms":-1}"#)
+        #expect(refused.status == 400 && (refused.json["error"] as? [String: Any])?["code"] as? String == "invalid_crossfade")
+        for name in ["440.wav", "660.wav", "880.wav"] {
+            #expect(try await cluster.call(.POST, "/api/sessions/\(session)/queue", #"{"url":"\#(name)"}"#).status == 200)
+        }
+        // 3 s, faded over 1 s into 2 s, which joins 880 on the sample (crossfade 0 by then): 6 s.
+        #expect(await eventually(timeout: .seconds(5)) { bot.states().contains { $0["current"] as? Int == 1 } })
+        #expect(try await cluster.call(.POST, "/api/sessions/\(session)/crossfade", #"{"crossfade_ms":0}"#).status == 200)
+        #expect(await eventually(timeout: .seconds(10)) { bot.states().last?["status"] as? String == "idle" })
+        // The queue moved from one track to the next without starting it again: no `starting`
+        // after the first track played.
+        let statuses = bot.states().map { "\($0["current"] as? Int ?? -1) \($0["status"] as? String ?? "")" }
+        let firstPlaying = try #require(statuses.firstIndex(of: "0 playing"), "\(statuses)")
+        #expect(!statuses[firstPlaying...].contains { $0.hasSuffix("starting") }, "\(statuses)")
+        #expect(statuses.contains("1 playing") && statuses.contains("2 playing"), "\(statuses)")
+        let left = try decodeLeft(bot.audio().map(\.packet))
+        #expect(abs(left.count - 6 * 48_000) < 5 * 960, "\(Double(left.count) / 48_000) s heard")
+        // Mid-fade (2.5 s) both tones at about equal level; the 660 → 880 join is silent nowhere.
+        let middle = Array(left[120_000 - 2_400..<120_000 + 2_400])
+        let at440 = Spectrum.level(at: 440, middle), at660 = Spectrum.level(at: 660, middle)
+        #expect(abs(at440 - at660) < 2, "mid-fade: 440 Hz at \(at440) dB, 660 Hz at \(at660) dB")
+        var quiet: [Int] = []
+        for window in stride(from: 960, to: min(left.count, 6 * 48_000) - 960, by: 120)
+        where Spectrum.rms(Array(left[window..<window + 120])) < 0.05 {
+            // The tones are at −9 dBFS, brought to −14 LUFS: an rms of 0.2; 0.05 is 12 dB below.
+            quiet.append(window)
+        }
+        #expect(quiet.isEmpty, "quiet at samples \(Array(quiet.prefix(6))); the joins are near 96000 and 192000")
+        bot.close()
+    }
+}

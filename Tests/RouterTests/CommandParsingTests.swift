@@ -47,7 +47,8 @@ import Testing
             #expect(try command(name, "") == expected)
             #expect(try command(name, #"{"ignored":true}"#) == expected)
         }
-        #expect(Set(CommandParsing.names).count == 16)
+        #expect(try command("crossfade", #"{"crossfade_ms":3000}"#) == .crossfade(milliseconds: 3000))
+        #expect(Set(CommandParsing.names).count == 17)
     }
 
     @Test func refusalsNameTheField() {

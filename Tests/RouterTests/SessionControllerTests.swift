@@ -15,6 +15,7 @@ import WireProtocol
 final class ScriptedEngine: EngineControl {
     private struct State {
         var calls: [String] = []
+        var nexts: [String] = []
         var nextPlayID: UInt64 = 1
         var gates: [String: CheckedContinuation<Void, Never>] = [:]
         var heldURLs: Set<String> = []
@@ -62,6 +63,18 @@ final class ScriptedEngine: EngineControl {
             if state.refuse.contains(url) {
                 throw APIError(status: .unprocessableContent, code: "source_not_found", message: "no such file")
             }
+            defer { state.nextPlayID += 1 }
+            return state.nextPlayID
+        }
+    }
+
+    /// What was asked to follow the current play, in order ("url crossfade" or "none").
+    var nexts: [String] { state.withLock { $0.nexts } }
+
+    func next(_ id: SessionID, url: String?, crossfadeMS: Int) async throws(APIError) -> UInt64? {
+        state.withLock { state in
+            state.nexts.append(url.map { "\($0) \(crossfadeMS)" } ?? "none")
+            guard url != nil else { return nil }
             defer { state.nextPlayID += 1 }
             return state.nextPlayID
         }
@@ -127,6 +140,41 @@ final class ScriptedEngine: EngineControl {
     func advance(_ controller: SessionController, after event: WireEvent) async throws {
         let pending = try #require(await controller.handle(event))
         await controller.advance(pending)
+    }
+
+    /// The engine is told what follows the current play whenever that changes; when it joins
+    /// that play (its `ready`), the queue moves on without starting it again, and the previous
+    /// play's `finished` changes nothing.
+    @Test func theNextTrackIsAskedAheadAndAJoinAdvancesTheQueueWithoutAPlay() async throws {
+        let engine = ScriptedEngine()
+        let (controller, _) = controller(engine)
+        for url in ["a.mp3", "b.mp3", "c.mp3"] { try await controller.perform(.enqueue(url: url)) }
+        #expect(engine.plays == ["play a.mp3"])
+        #expect(engine.nexts.isEmpty, "the play's id is not known before its ready")
+        try await advance(controller, after: ready(1))
+        #expect(engine.nexts == ["b.mp3 0"])
+        // The crossfade changes: asked again.
+        try await controller.perform(.crossfade(milliseconds: 3_000))
+        #expect(engine.nexts == ["b.mp3 0", "b.mp3 3000"])
+        #expect(await controller.state.crossfadeMS == 3_000)
+        await #expect(throws: APIError.self) { try await controller.perform(.crossfade(milliseconds: 12_001)) }
+        // The engine joined play 3 (the last ask): b is current, and c is asked for after it.
+        try await advance(controller, after: ready(3, title: "B"))
+        var state = await controller.state
+        #expect(state.current == 1 && state.nowPlaying?.url == "b.mp3" && state.status == "playing")
+        #expect(await controller.activePlayID == 3)
+        #expect(engine.nexts.last == "c.mp3 3000")
+        #expect(engine.plays == ["play a.mp3"], "the joined track is not played again")
+        // The faded-out play's finished is stale.
+        #expect(await controller.handle(finished(1, .finished)) == nil)
+        state = await controller.state
+        #expect(state.current == 1 && state.status == "playing")
+        // Removing the track that follows calls it off; looping the track asks for it again.
+        try await controller.perform(.remove(index: 2))
+        #expect(engine.nexts.last == "none")
+        try await controller.perform(.loop(.track))
+        #expect(engine.nexts.last == "b.mp3 3000")
+        #expect(engine.plays == ["play a.mp3"])
     }
 
     @Test func doubleClickPlayPlaysOnlyTheLastClick() async throws {

@@ -87,7 +87,12 @@ import WireProtocol
         let id = try SessionID("guild-1"), other = try SessionID("guild-2")
         try await directory.using(id) { try await $0.perform(.enqueue(url: "list")) }
         try await directory.using(other) { try await $0.perform(.enqueue(url: "solo.mp3")) }
-        #expect(await directory.dispatch(WireEvent(type: .ready, sessionID: id, playID: 1)) == nil)
+        // Ready: the track after it is asked for, by the caller too.
+        let ask = try #require(await directory.dispatch(WireEvent(type: .ready, sessionID: id, playID: 1)))
+        #expect(engine.nexts.isEmpty)
+        await ask()
+        #expect(engine.nexts == ["list-2.mp3 0"])
+        // The engine did not join it (it could not open it, say): the queue starts it as a play.
         let advance = try #require(
             await directory.dispatch(WireEvent(type: .finished, sessionID: id, playID: 1, reason: .finished)))
         #expect(engine.plays == ["play list-1.mp3", "play solo.mp3"], "nothing started before the caller ran it")

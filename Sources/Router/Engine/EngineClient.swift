@@ -26,6 +26,9 @@ protocol EngineControl: Sendable {
     ) async throws(APIError) -> UInt64
     /// A control of the session's current play (the engine refuses one for a replaced play).
     func control(_ id: SessionID, _ control: SessionControl) async throws(APIError)
+    /// Asks for `url` to follow the session's play (gapless, or over a crossfade); answers the
+    /// next play's id. nil `url` calls off the one asked before.
+    func next(_ id: SessionID, url: String?, crossfadeMS: Int) async throws(APIError) -> UInt64?
     /// Title, duration and playlist entries of a URL (422 when it cannot be played).
     func resolve(_ url: String) async throws(APIError) -> Resolution
     /// The plays the engine is running now: session → play id.
@@ -61,6 +64,15 @@ struct EngineClient: EngineControl {
     func control(_ id: SessionID, _ control: SessionControl) async throws(APIError) {
         let reply = try await send(.POST, "/session/\(Self.segment(id))/\(control.name)", body: control.body.map { Self.json($0) })
         _ = try Self.decode(Ignored.self, reply)
+    }
+
+    func next(_ id: SessionID, url: String?, crossfadeMS: Int) async throws(APIError) -> UInt64? {
+        guard let url else {
+            _ = try Self.decode(Ignored.self, try await send(.DELETE, "/session/\(Self.segment(id))/next", body: nil))
+            return nil
+        }
+        let body = Self.json(NextRequest(url: url, crossfadeMS: crossfadeMS))
+        return try Self.decode(NextQueued.self, try await send(.POST, "/session/\(Self.segment(id))/next", body: body)).playID
     }
 
     func resolve(_ url: String) async throws(APIError) -> Resolution {

@@ -15,11 +15,12 @@ enum CommandParsing {
         var volume: Int?
         var mode: String?
         var enabled: Bool?
+        var crossfade_ms: Int?
         /// `filters`: Lavalink v4's filter objects (`equalizer`, `karaoke`, `tremolo`, …) beside
         /// the other arguments, read from the same JSON object.
         var filters = Filters()
 
-        private enum CodingKeys: String, CodingKey { case url, index, position_ms, volume, mode, enabled }
+        private enum CodingKeys: String, CodingKey { case url, index, position_ms, volume, mode, enabled, crossfade_ms }
 
         init() {}
 
@@ -31,6 +32,7 @@ enum CommandParsing {
             volume = try container.decodeIfPresent(Int.self, forKey: .volume)
             mode = try container.decodeIfPresent(String.self, forKey: .mode)
             enabled = try container.decodeIfPresent(Bool.self, forKey: .enabled)
+            crossfade_ms = try container.decodeIfPresent(Int.self, forKey: .crossfade_ms)
             filters = try Filters(from: decoder)
         }
     }
@@ -53,7 +55,7 @@ enum CommandParsing {
     /// Every command's name, as REST paths and WebSocket `op`s spell it.
     static let names = [
         "play", "queue", "remove", "clear", "jump", "next", "previous", "pause", "resume", "stop", "seek", "volume",
-        "filters", "normalize", "loop", "shuffle",
+        "filters", "normalize", "crossfade", "loop", "shuffle",
     ]
 
     /// The command `name` with its arguments.
@@ -76,6 +78,7 @@ enum CommandParsing {
         case "volume": return .volume(try required(json.volume, "volume"))
         case "filters": return .filters(json.filters)
         case "normalize": return .normalize(try required(json.enabled, "enabled"))
+        case "crossfade": return .crossfade(milliseconds: try required(json.crossfade_ms, "crossfade_ms"))
         case "loop":
             guard let raw = json.mode, let mode = LoopMode(rawValue: raw) else {
                 throw .badRequest("invalid_loop_mode", "mode must be \"off\", \"track\" or \"queue\"")

@@ -18,6 +18,8 @@ enum SessionCommand: Sendable, Equatable {
     case filters(Filters)
     /// Loudness normalisation on or off.
     case normalize(Bool)
+    /// How long each track is mixed into the next (0: they join on the sample).
+    case crossfade(milliseconds: Int)
     case loop(LoopMode)
     case shuffle
 
@@ -25,7 +27,7 @@ enum SessionCommand: Sendable, Equatable {
     var mayStartPlay: Bool {
         switch self {
         case .play, .enqueue, .jump, .next, .previous, .resume: true
-        case .remove, .clear, .pause, .stop, .seek, .volume, .filters, .normalize, .loop, .shuffle: false
+        case .remove, .clear, .pause, .stop, .seek, .volume, .filters, .normalize, .crossfade, .loop, .shuffle: false
         }
     }
 }

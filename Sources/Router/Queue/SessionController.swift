@@ -24,6 +24,21 @@ actor SessionController {
     private var startsInFlight = 0
     /// Events of plays whose id is not known yet (the socket can beat the HTTP answer).
     private var unclaimed: [WireEvent] = []
+    /// The play the engine was asked to open ahead to follow the current one.
+    private struct AskedNext: Equatable {
+        /// The play it follows.
+        var after: UInt64
+        var playID: UInt64
+        var url: String
+        var crossfadeMS: Int
+    }
+    private var askedNext: AskedNext?
+    /// A next ask is on its way; asks are sent one at a time, so the engine gets them in order.
+    private var asking = false
+    /// Something changed while an ask was on its way: ask again once it is answered.
+    private var askAgain = false
+    /// Next asks sent whose answer has not come back yet.
+    private var nextsInFlight = 0
     /// The last time a play was in progress or the state changed (for releasing stale sessions).
     private(set) var lastActive = ContinuousClock.now
     private let engine: any EngineControl
@@ -55,7 +70,7 @@ actor SessionController {
             sessionID: id.description, status: "\(queue.status)", current: queue.current,
             nowPlaying: queue.currentTrack, queue: queue.tracks, positionMS: position,
             durationMS: queue.currentTrack?.durationMS, volume: snapshot.volume, filters: snapshot.filters,
-            normalize: snapshot.normalize,
+            normalize: snapshot.normalize, crossfadeMS: snapshot.crossfadeMS,
             paused: queue.status == .paused, loop: queue.loop)
     }
 
@@ -167,12 +182,89 @@ actor SessionController {
             if snapshot.queue.status != .idle { try await engine.control(id, .normalize(enabled)) }
             snapshot.normalize = enabled
             changed()
+        case .crossfade(let milliseconds):
+            guard (0...NextRequest.maxCrossfadeMS).contains(milliseconds) else {
+                throw .badRequest(
+                    "invalid_crossfade", "crossfade_ms is from 0 (gapless) to \(NextRequest.maxCrossfadeMS) ms")
+            }
+            snapshot.crossfadeMS = milliseconds
+            changed()
         case .loop(let mode):
             try await apply(.setLoop(mode))
         case .shuffle:
             try await apply(.shuffle(seed: shuffleSeed()))
         }
+        await askForNext()
         return state
+    }
+
+    // MARK: The next track, opened ahead
+
+    /// Tells the engine which track follows the current play, whenever that changes (a track
+    /// added, removed or moved, the loop mode, a skip, a new play, the crossfade): it opens it
+    /// ahead and joins it on the sample or over the crossfade. Nothing follows when the queue
+    /// would stop. A refusal only costs the join: the queue then starts the track as a new play.
+    private func askForNext() async {
+        if asking {
+            askAgain = true
+            return
+        }
+        asking = true
+        defer { asking = false }
+        repeat {
+            askAgain = false
+            await askOnce()
+        } while askAgain
+    }
+
+    private func askOnce() async {
+        guard let playID = snapshot.playID, snapshot.queue.status == .playing || snapshot.queue.status == .paused else {
+            return
+        }
+        let wanted = snapshot.queue.upcoming
+        if let asked = askedNext, asked.after == playID, asked.url == wanted?.url, asked.crossfadeMS == snapshot.crossfadeMS {
+            return
+        }
+        if wanted == nil && askedNext?.after != playID { return }
+        let crossfade = snapshot.crossfadeMS
+        nextsInFlight += 1
+        defer { nextsInFlight -= 1 }
+        let nextID: UInt64?
+        do {
+            nextID = try await engine.next(id, url: wanted?.url, crossfadeMS: crossfade)
+        } catch {
+            askedNext = nil
+            return
+        }
+        askedNext = nil
+        guard let nextID, let url = wanted?.url else { return }
+        askedNext = AskedNext(after: playID, playID: nextID, url: url, crossfadeMS: crossfade)
+        // A join that beat the answer.
+        let early = unclaimed.filter { $0.playID == nextID }
+        unclaimed.removeAll { $0.playID == nextID }
+        var advance: PendingPlay?
+        for event in early { advance = handle(event) ?? advance }
+        if let advance { await self.advance(advance) }
+    }
+
+    /// The engine joined the play it was asked to open ahead: the queue moves on as if the
+    /// current track had ended, onto that play, without asking for it again.
+    private func joined(_ asked: AskedNext, _ event: WireEvent) -> PendingPlay? {
+        askedNext = nil
+        let action = step(.finished(generation: snapshot.queue.generation, reason: .finished))
+        guard case .play(let track, let generation, _) = action, track.url == asked.url else {
+            // The queue wanted something else meanwhile: it starts that, which ends the joined play.
+            if case .play = action { return PendingPlay(action: action) }
+            if action != .none { changed() }
+            return nil
+        }
+        plays[asked.playID] = generation
+        snapshot.playID = asked.playID
+        setPosition(event.positionMS ?? 0)
+        lastActive = .now
+        _ = step(.ready(generation: generation, title: event.title, durationMS: event.durationMS))
+        changed()
+        return PendingPlay(action: nil)
     }
 
     // MARK: Running the queue's actions
@@ -248,7 +340,7 @@ actor SessionController {
             var advance: PendingPlay?
             for event in early { advance = handle(event) ?? advance }
             changed()
-            return advance.map { .then($0.action) } ?? .done
+            return advance?.action.map { .then($0) } ?? .done
         case .stop:
             snapshot.playID = nil
             changed()
@@ -283,7 +375,8 @@ actor SessionController {
     /// An auto-advance an event left to start: its HTTP call runs in a task of its own
     /// (`advance`), so it never holds up the events behind it.
     struct PendingPlay: Sendable {
-        fileprivate let action: SessionQueue.Action
+        /// nil: nothing to start, but the track after the new current one is to be asked for.
+        fileprivate let action: SessionQueue.Action?
     }
 
     /// An event of this session from the engine (in socket order). Returns the play it leaves to
@@ -291,9 +384,12 @@ actor SessionController {
     @discardableResult
     func handle(_ event: WireEvent) -> PendingPlay? {
         guard let playID = event.playID else { return nil }
+        if event.type == .ready, let asked = askedNext, asked.playID == playID, asked.after == snapshot.playID {
+            return joined(asked, event)
+        }
         guard let generation = plays[playID] else {
             // Possibly a play whose id is still on its way back over HTTP.
-            if startsInFlight > 0 && unclaimed.count < 64 { unclaimed.append(event) }
+            if startsInFlight + nextsInFlight > 0 && unclaimed.count < 64 { unclaimed.append(event) }
             return nil
         }
         let current = generation == snapshot.queue.generation
@@ -306,6 +402,8 @@ actor SessionController {
             if step(.ready(generation: generation, title: event.title, durationMS: event.durationMS)) != .none {
                 changed()
             }
+            // The play's id is known and it plays: the track after it can be opened ahead.
+            if current { return PendingPlay(action: nil) }
         case .finished:
             plays.removeValue(forKey: playID)
             let reason: SessionQueue.EndReason =
@@ -338,10 +436,11 @@ actor SessionController {
     /// Starts the next track after an auto-advance; a refusal tells the clients.
     func advance(_ pending: PendingPlay) async {
         do {
-            try await run(pending.action)
+            if let action = pending.action { try await run(action) }
         } catch {
             sink.broadcast(id, ErrorEvent(sessionID: id.description, code: error.code, message: error.message).json())
         }
+        await askForNext()
     }
 
     // MARK: Helpers

@@ -245,6 +245,18 @@ struct SessionQueue: Sendable, Equatable, Codable {
         }
     }
 
+    /// The track the queue moves to when the current one plays to its end (the engine opens it
+    /// ahead, for a gapless join or a crossfade); nil when the queue would stop there.
+    var upcoming: Track? {
+        guard status == .playing || status == .paused, let playing = current, tracks.indices.contains(playing) else {
+            return nil
+        }
+        if loop == .track { return tracks[playing] }
+        if playing + 1 < tracks.count { return tracks[playing + 1] }
+        if loop == .queue { return tracks[0] }
+        return nil
+    }
+
     /// Makes `index` current and asks for it in a new generation.
     private mutating func start(at index: Int, resuming: Bool = false) -> Action {
         current = index

@@ -8,12 +8,15 @@ struct SessionSnapshot: Sendable, Equatable, Codable {
     var filters = Filters()
     /// Loudness normalisation: on for a new session (and for one stored before it existed).
     var normalize = true
+    /// How long each track is mixed into the next, in ms (0: gapless).
+    var crossfadeMS = 0
     var positionMS: Int64 = 0
     /// The engine play of the queue's current generation, while there is one.
     var playID: UInt64?
 
     enum CodingKeys: String, CodingKey {
         case queue, volume, filters, normalize
+        case crossfadeMS = "crossfade_ms"
         case positionMS = "position_ms"
         case playID = "play_id"
     }
@@ -27,6 +30,7 @@ extension SessionSnapshot {
         volume = try container.decode(Int.self, forKey: .volume)
         filters = try container.decodeIfPresent(Filters.self, forKey: .filters) ?? Filters()
         normalize = try container.decodeIfPresent(Bool.self, forKey: .normalize) ?? true
+        crossfadeMS = try container.decodeIfPresent(Int.self, forKey: .crossfadeMS) ?? 0
         positionMS = try container.decode(Int64.self, forKey: .positionMS)
         playID = try container.decodeIfPresent(UInt64.self, forKey: .playID)
     }

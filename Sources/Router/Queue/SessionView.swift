@@ -19,6 +19,8 @@ struct SessionView: Sendable, Equatable, Codable {
     var filters: Filters
     /// Whether tracks are brought to the engine's target loudness.
     var normalize: Bool
+    /// How long each track is mixed into the next, in ms; 0 joins them on the sample (gapless).
+    var crossfadeMS: Int
     var paused: Bool
     var loop: LoopMode
     /// Connected clients, in the operator's listing (`GET /api/sessions`) only.
@@ -30,6 +32,7 @@ struct SessionView: Sendable, Equatable, Codable {
         case nowPlaying = "now_playing"
         case positionMS = "position_ms"
         case durationMS = "duration_ms"
+        case crossfadeMS = "crossfade_ms"
     }
 
     func json() -> String { JSONCoding.text(self) }
