@@ -98,6 +98,23 @@ import Testing
         }
     }
 
+    /// A next play joined while streaming becomes the session's play: its end finishes the
+    /// session, the previous play's does not. A join of a play that is not current, or while
+    /// paused or stopped, changes nothing.
+    @Test func aJoinedPlayTakesOverTheSession() {
+        var m = Self.machine(in: .streaming)
+        #expect(m.handle(.joined(previous: 1, next: 2)) == .emitReady)
+        #expect(m.state == .streaming && m.playID == 2)
+        #expect(m.handle(.ended(playID: 1)) == .none)
+        #expect(m.handle(.joined(previous: 1, next: 3)) == .none)
+        #expect(m.handle(.ended(playID: 2)) == .finish)
+        for state in [SessionState.idle, .extracting, .paused, .stopped, .error] {
+            var other = Self.machine(in: state)
+            #expect(other.handle(.joined(previous: 1, next: 2)) == .none)
+            #expect(other.state == state && other.playID != 2)
+        }
+    }
+
     @Test func resultsOfAnOlderPlayAreIgnored() {
         var m = Self.machine(in: .streaming, playID: 1)
         _ = m.handle(.play(playID: 2))

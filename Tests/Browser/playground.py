@@ -218,6 +218,10 @@ def queue(browser, url, _):
     check(first_audio and first_audio - started < 1.0, f"tab 2 hears audio {((first_audio or 99) - started):.2f} s after opening")
     check(hears(second, 440, 3), "tab 2 hears the same session")
     check(second.text_content("#session") == a.page.text_content("#session"), "both tabs show one session")
+    # Crossfade: picked on the page, kept by the session, shown in every tab of it.
+    a.page.select_option("#crossfade", "2000")
+    check(wait(lambda: a.page.evaluate("tonearm.state.crossfade_ms") == 2000, 3), "the crossfade is set to 2 s")
+    check(wait(lambda: second.input_value("#crossfade") == "2000", 3), "the other tab shows the crossfade")
 
 
 def errors(browser, url, shots):

@@ -20,7 +20,7 @@ def test_every_slash_command_is_registered_with_its_options():
     commands = {command.name: command for command in bot.tree.get_commands()}
     assert set(commands) == {
         "play", "queue", "skip", "previous", "pause", "resume", "stop", "shuffle", "seek", "volume", "loop",
-        "remove", "nowplaying", "leave", "equalizer", "effect", "normalize",
+        "remove", "nowplaying", "leave", "equalizer", "effect", "normalize", "crossfade",
     }
     assert [p.name for p in commands["play"].parameters] == ["query"]
     assert [p.name for p in commands["skip"].parameters] == []
@@ -30,3 +30,5 @@ def test_every_slash_command_is_registered_with_its_options():
     assert "bass boost" in [c.value for c in commands["equalizer"].parameters[0].choices]
     assert "8D" in [c.value for c in commands["effect"].parameters[0].choices]
     assert [p.name for p in commands["normalize"].parameters] == ["on"]
+    crossfade = commands["crossfade"].parameters[0]
+    assert (crossfade.name, crossfade.min_value, crossfade.max_value) == ("seconds", 0, 12)

@@ -70,6 +70,11 @@ def test_every_command_against_the_router(cluster):
                 assert (await link.command("state"))["normalize"] is False
                 assert await commands.normalize(True) == "Every track at the same loudness."
                 assert (await link.command("state"))["normalize"] is True
+                assert (await link.command("state"))["crossfade_ms"] == 0
+                assert await commands.crossfade(2.5) == "Each track fades into the next over 2.5 s."
+                assert (await link.command("state"))["crossfade_ms"] == 2500
+                assert await commands.crossfade(0) == "Crossfade off: each track starts on the sample the last one ends."
+                assert (await link.command("state"))["crossfade_ms"] == 0
 
                 playing = await commands.now_playing()
                 assert playing["title"] == "tone-440.mp3" and playing["duration"] == "0:30"

@@ -231,6 +231,10 @@ def register_commands(bot: TonearmBot) -> None:
     async def normalize(interaction: discord.Interaction, on: bool) -> None:
         await answer(interaction, lambda: guild_commands(interaction).normalize(on))
 
+    @tree.command(description="Fade each track into the next over 1 to 12 seconds, or 0 for none (gapless)")
+    async def crossfade(interaction: discord.Interaction, seconds: app_commands.Range[float, 0, 12]) -> None:
+        await answer(interaction, lambda: guild_commands(interaction).crossfade(seconds))
+
     @tree.command(description="Loop off, this track, or the queue")
     @app_commands.choices(mode=[app_commands.Choice(name=m, value=m) for m in ("off", "track", "queue")])
     async def loop(interaction: discord.Interaction, mode: app_commands.Choice[str]) -> None:

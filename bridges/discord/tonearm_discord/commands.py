@@ -178,6 +178,15 @@ class Commands:
         await self.link.command("normalize", enabled=on)
         return "Every track at the same loudness." if on else "Tracks at their own loudness."
 
+    async def crossfade(self, seconds: float) -> str:
+        """0 joins each track to the next on the sample; up to 12 s fades one into the other."""
+        if not 0 <= seconds <= 12:
+            raise TonearmError("invalid_crossfade", "a crossfade is from 0 to 12 seconds")
+        await self.link.command("crossfade", crossfade_ms=round(seconds * 1000))
+        if seconds == 0:
+            return "Crossfade off: each track starts on the sample the last one ends."
+        return f"Each track fades into the next over {seconds:g} s."
+
     async def loop(self, mode: str) -> str:
         if mode not in LOOP_MODES:
             raise TonearmError("invalid_mode", "loop is off, track or queue")

@@ -203,6 +203,7 @@ function render() {
   icon($("mute"), state.volume === 0 ? "muted" : "volume");
   $("mute").setAttribute("aria-label", state.volume === 0 ? "Unmute" : "Mute");
   $("loop").value = state.loop;
+  renderCrossfade();
   renderEqualizer();
   renderEffects();
   renderQueue();
@@ -310,6 +311,16 @@ $("toggle").onclick = togglePlayback;
 $("shuffle").onclick = () => run("shuffle");
 $("clear").onclick = () => run("clear");
 $("loop").onchange = () => run("loop", { mode: $("loop").value });
+$("crossfade").onchange = () => run("crossfade", { crossfade_ms: Number($("crossfade").value) });
+function renderCrossfade() {
+  const select = $("crossfade");
+  const value = String(state.crossfade_ms ?? 0);
+  // A length set elsewhere (a bot, the API) gets an entry of its own.
+  if (![...select.options].some((option) => option.value === value)) {
+    select.add(new Option(`${Number(value) / 1000} s`, value));
+  }
+  if (document.activeElement !== select) select.value = value;
+}
 $("volume").onchange = () => { mutedFrom = null; run("volume", { volume: Number($("volume").value) }); };
 $("mute").onclick = () => {
   if (!state) return;
