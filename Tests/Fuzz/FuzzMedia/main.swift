@@ -2,7 +2,8 @@
 // The input is written to memory (/dev/shm) and opened as a session opens a file: FFmpeg probes
 // and demuxes it, and the Pipeline passes Opus through or decodes, resamples to 48 kHz stereo and
 // encodes 20 ms Opus frames (12 of them, with a seek after the fourth; packets passed through
-// untouched are taken back and decoded at the tenth). Any input must end in
+// untouched are taken back and decoded at the tenth; the same bytes may follow as the next track,
+// joined on the sample or crossfaded over 60 ms, so a hostile end meets a hostile start). Any input must end in
 // packets, the end, or an error the session reports — never a trap, a hang or a packet longer
 // than the wire carries.
 import CFFmpeg
@@ -32,8 +33,13 @@ public func fuzzMedia(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
     let knob = Int(bytes.last ?? 0)
     do {
         // libopus is not what is searched here, and at complexity 10 it would take most of the time.
-        let pipeline = try Pipeline(
+        var pipeline = try Pipeline(
             source: ResolvedSource(location: path, displayName: "fuzz"), encoder: OpusEncoderConfiguration(complexity: 0))
+        if knob & 4 != 0 {
+            let next = try Pipeline(
+                source: ResolvedSource(location: path, displayName: "fuzz"), encoder: OpusEncoderConfiguration(complexity: 0))
+            pipeline.setFollowing(.init(playID: 2, pipeline: next, fadeFloats: knob & 8 != 0 ? 96 * 60 : 0))
+        }
         let limit = WireFormat.maxFrameLength - SessionID.wireLength
         // The last two packets that went out untouched: at the tenth frame they are taken back,
         // as a control change does with an Opus source's packets still waiting (their bytes are
@@ -43,8 +49,13 @@ public func fuzzMedia(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
             if frame == 4 { try pipeline.seek(toMS: Int64(knob) * 37) }
             if frame == 10, untouched.count == 2 { try pipeline.takeBack([untouched[1]], after: untouched[0]) }
             let filters = knob & 2 != 0 && (1..<9).contains(frame) ? Filters(timescale: Timescale(speed: 1.5, pitch: 0.8)) : Filters()
-            guard case .value(let packet) = try pipeline.nextPacket(volume: knob * 4, filters: filters, normalize: knob & 1 == 0)
-            else { break }
+            let next = try pipeline.nextPacket(volume: knob * 4, filters: filters, normalize: knob & 1 == 0)
+            if case .end = next, let joined = pipeline.handOver() {
+                pipeline = joined
+                continue
+            }
+            guard case .value(let packet) = next else { break }
+            if pipeline.joinCompleted, let joined = pipeline.handOver() { pipeline = joined }
             precondition(!packet.isEmpty && packet.count <= limit, "a packet of \(packet.count) bytes")
             untouched = pipeline.passthrough ? Array((untouched + [packet]).suffix(2)) : []
         }
