@@ -471,6 +471,9 @@ final class Playback: @unchecked Sendable {
             var kept = CircularBuffer<OutboxItem>(initialCapacity: box.items.count)
             for item in box.items {
                 guard case .frame(let packet, let passthrough, _, _) = item else {
+                    // Packets on both sides of a join belong to two tracks: they are left to go
+                    // out as they are (the change then follows them, two frames at most).
+                    if case .handover = item { return nil }
                     kept.append(item)
                     continue
                 }
