@@ -108,6 +108,55 @@ import WireProtocol
     }
 }
 
+extension JoinEndToEndTests {
+    /// A stop, or a new play (a skip), in the middle of a fade ends both plays, each with its own
+    /// `finished`, and nothing of either is heard after it.
+    @Test(arguments: ["stop", "play"])
+    func aStopOrAPlayDuringTheFadeEndsBothTracks(action: String) async throws {
+        let harness = try EngineHarness()
+        try MediaFixture.tone(440, seconds: 3, into: harness.media, name: "a.mp3")
+        try MediaFixture.tone(880, seconds: 3, into: harness.media, name: "b.mp3")
+        try MediaFixture.tone(660, seconds: 3, into: harness.media, name: "c.mp3")
+        let socket = try await harness.start()
+        defer { Task { await harness.stop() } }
+        let first = try #require(try await harness.post("/session/s/play", #"{"url":"a.mp3"}"#).json["play_id"] as? Int)
+        let next = try await harness.post("/session/s/next", #"{"url":"b.mp3","crossfade_ms":2500}"#)
+        let second = try #require(next.json["play_id"] as? Int)
+        // The fade starts 0.5 s into the first track; half a second later both are heard.
+        #expect(await eventually(timeout: .seconds(3)) {
+            socket.events("s").contains { $0.event.type == .ready && $0.event.playID == UInt64(second) }
+        })
+        try await Task.sleep(for: .milliseconds(500))
+        let mark = socket.count
+        let reason: String
+        if action == "stop" {
+            #expect(try await harness.post("/session/s/stop").status == 200)
+            reason = "stopped"
+        } else {
+            #expect(try await harness.post("/session/s/play", #"{"url":"c.mp3"}"#).status == 202)
+            reason = "replaced"
+        }
+        #expect(await eventually(timeout: .seconds(2)) {
+            socket.events("s", from: mark).filter { $0.event.type == .finished }.count >= 2
+        })
+        let ends = socket.events("s", from: mark).filter { $0.event.type == .finished }
+            .map { "\($0.event.playID ?? 0) \($0.event.reason?.rawValue ?? "")" }
+        #expect(Set(ends) == ["\(first) \(reason)", "\(second) \(reason)"] && ends.count == 2, "\(ends)")
+        let ended = socket.count
+        try await Task.sleep(for: .milliseconds(400))
+        if action == "stop" {
+            #expect(socket.packets("s", from: ended).isEmpty, "\(socket.packets("s", from: ended).count) packets after both ended")
+            #expect(socket.events("s", from: ended).isEmpty)
+        } else {
+            // Only the new track is heard.
+            let heard = try decodeLeft(Array(socket.packets("s", from: mark).suffix(15)).map(\.data))
+            #expect(abs(Spectrum.dominantFrequency(heard) - 660) < 10)
+            #expect(Spectrum.level(at: 440, heard) < Spectrum.level(at: 660, heard) - 30)
+        }
+        socket.close()
+    }
+}
+
 /// The Router's queue with the real engine: the next track is opened ahead, so it follows
 /// without a gap or fades in, and the queue moves on without starting it as a new play.
 @Suite(.serialized) struct QueueJoinEndToEndTests {

@@ -176,16 +176,20 @@ struct ProcessOutput: Sendable {
     }
 }
 
+import NIOConcurrencyHelpers
 import ServiceSupport
-import Synchronization
 
 /// A subprocess's exit status, waited for without regard to cancellation (the waiter kills it
 /// first when cancelled, so the wait is short).
+///
+/// A pthread mutex (NIO's), not `Synchronization.Mutex`: the exit and the waiter contend for it,
+/// and ThreadSanitizer cannot see the Mutex's contended futex path (it reported the locked
+/// accesses as a race, as it did for the playback outbox).
 final class ProcessExit: Sendable {
-    private let state = Mutex<(status: Int32?, waiter: CheckedContinuation<Int32, Never>?)>((nil, nil))
+    private let state = NIOLockedValueBox<(status: Int32?, waiter: CheckedContinuation<Int32, Never>?)>((nil, nil))
 
     func finish(_ status: Int32) {
-        let waiter = state.withLock { state -> CheckedContinuation<Int32, Never>? in
+        let waiter = state.withLockedValue { state -> CheckedContinuation<Int32, Never>? in
             state.status = status
             defer { state.waiter = nil }
             return state.waiter
@@ -195,7 +199,7 @@ final class ProcessExit: Sendable {
 
     func wait() async -> Int32 {
         await withCheckedContinuation { continuation in
-            let status = state.withLock { state -> Int32? in
+            let status = state.withLockedValue { state -> Int32? in
                 if state.status == nil { state.waiter = continuation }
                 return state.status
             }
@@ -206,7 +210,7 @@ final class ProcessExit: Sendable {
 
 /// A mark that one task sets and another reads after it.
 final class Flag: Sendable {
-    private let value = Mutex(false)
-    func set() { value.withLock { $0 = true } }
-    var isSet: Bool { value.withLock { $0 } }
+    private let value = NIOLockedValueBox(false)
+    func set() { value.withLockedValue { $0 = true } }
+    var isSet: Bool { value.withLockedValue { $0 } }
 }
