@@ -98,13 +98,24 @@ extension SessionManager {
         into batch: inout TickBatch
     ) {
         guard session.machine.handle(.opened(playID: playback.playID)) == .emitReady else { return }
-        session.title = session.metadata?.title ?? info.title ?? playback.outbox.withLockedValue { $0.source?.displayName }
+        ready(
+            id, playback.playID, url: playback.url, info: info,
+            displayName: playback.outbox.withLockedValue { $0.source?.displayName }, passthrough: passthrough, &session,
+            into: &batch)
+    }
+
+    /// The session's play is heard from the next frame: what is known of its track, and `ready`.
+    private func ready(
+        _ id: SessionID, _ playID: UInt64, url: String, info: MediaInfo, displayName: String?, passthrough: Bool,
+        _ session: inout EngineSession, into batch: inout TickBatch
+    ) {
+        session.title = session.metadata?.title ?? info.title ?? displayName
         session.durationMS = session.metadata?.durationMS ?? info.durationMS
         session.passthrough = passthrough
         session.lastChange = .now
         batch.append(
             WireEvent(
-                type: .ready, sessionID: id, playID: playback.playID, url: playback.url, title: session.title,
+                type: .ready, sessionID: id, playID: playID, url: url, title: session.title,
                 durationMS: session.durationMS, positionMS: session.positionMS, volume: session.volume,
                 passthrough: passthrough))
     }
@@ -122,17 +133,12 @@ extension SessionManager {
         if session.nextPlayID == next.playID { session.nextPlayID = nil }
         session.url = next.url
         session.metadata = next.metadata
-        session.title = next.metadata?.title ?? info.title ?? next.source?.displayName
-        session.durationMS = next.metadata?.durationMS ?? info.durationMS
-        session.passthrough = passthrough
         session.positionBaseMS = 0
         session.framesSinceBase = 0
         session.sourceMicrosSinceBase = 0
-        session.lastChange = .now
-        batch.append(
-            WireEvent(
-                type: .ready, sessionID: id, playID: next.playID, url: next.url, title: session.title,
-                durationMS: session.durationMS, positionMS: 0, volume: session.volume, passthrough: passthrough))
+        ready(
+            id, next.playID, url: next.url, info: info, displayName: next.source?.displayName, passthrough: passthrough,
+            &session, into: &batch)
     }
 
     /// A frame went into the batch: the position moves on, `progress` once a second.

@@ -101,23 +101,13 @@ package final class SessionManager: Sendable {
         }
         retire([replaced].compactMap { $0 })
         logger.info("play", metadata: ["session.id": "\(sessionID)", "play.id": "\(playback.playID)", "url": "\(url)"])
-        if case .page(let page) = plan {
-            background.spawn { [resolver] in
-                do {
-                    let source = try await resolver.resolvePage(page)
-                    playback.provide(source)
-                    self.state.withLock { state in
-                        if state.sessions[sessionID]?.playback === playback {
-                            state.sessions[sessionID]?.metadata = source.metadata
-                        }
-                    }
-                    self.schedule([playback], on: self.openers)
-                } catch {
-                    playback.fail(error)
+        open(plan, for: playback, fail: playback.fail) { source in
+            playback.provide(source)
+            self.state.withLock { state in
+                if state.sessions[sessionID]?.playback === playback {
+                    state.sessions[sessionID]?.metadata = source.metadata
                 }
             }
-        } else {
-            schedule([playback], on: openers)
         }
         return PlayStarted(sessionID: sessionID, playID: playback.playID, state: .extracting)
     }
@@ -145,23 +135,15 @@ package final class SessionManager: Sendable {
             session.nextPlayID = playID
             playback.setNext(
                 NextPlay(
-                    playID: playID, url: url, fadeFloats: 96 * crossfadeMS, metadata: ready?.metadata, source: ready))
+                    playID: playID, url: url, fadeFloats: Int(2 * MediaTime.samples(ms: Int64(crossfadeMS))),
+                    metadata: ready?.metadata, source: ready))
             state.sessions[sessionID] = session
             return (playback, playID)
         }
         logger.info(
             "next", metadata: ["session.id": "\(sessionID)", "play.id": "\(playID)", "url": "\(url)", "crossfade.ms": "\(crossfadeMS)"])
-        if case .page(let page) = plan {
-            background.spawn { [resolver] in
-                do {
-                    playback.provideNext(try await resolver.resolvePage(page), playID: playID)
-                    self.schedule([playback], on: self.openers)
-                } catch {
-                    playback.failNext(error, playID: playID)
-                }
-            }
-        } else {
-            schedule([playback], on: openers)
+        open(plan, for: playback, fail: { playback.failNext($0, playID: playID) }) {
+            playback.provideNext($0, playID: playID)
         }
         return NextQueued(sessionID: sessionID, playID: playID, crossfadeMS: crossfadeMS)
     }
@@ -177,6 +159,26 @@ package final class SessionManager: Sendable {
                 state.sessions[sessionID] = session
             }
             return NextQueued(sessionID: sessionID, playID: nil, crossfadeMS: nil)
+        }
+    }
+
+    /// Hands a playback's source to an opener: at once for a file or a direct URL; a page is
+    /// resolved by yt-dlp in the background first, and `provide` (or `fail`) gets the result.
+    private func open(
+        _ plan: SourceResolver.Plan, for playback: Playback, fail: @escaping @Sendable (any Error) -> Void,
+        provide: @escaping @Sendable (ResolvedSource) -> Void
+    ) {
+        guard case .page(let page) = plan else {
+            schedule([playback], on: openers)
+            return
+        }
+        background.spawn { [resolver] in
+            do {
+                provide(try await resolver.resolvePage(page))
+                self.schedule([playback], on: self.openers)
+            } catch {
+                fail(error)
+            }
         }
     }
 

@@ -240,11 +240,7 @@ actor SessionController {
         guard let nextID, let url = wanted?.url else { return }
         askedNext = AskedNext(after: playID, playID: nextID, url: url, crossfadeMS: crossfade)
         // A join that beat the answer.
-        let early = unclaimed.filter { $0.playID == nextID }
-        unclaimed.removeAll { $0.playID == nextID }
-        var advance: PendingPlay?
-        for event in early { advance = handle(event) ?? advance }
-        if let advance { await self.advance(advance) }
+        if let advance = claimEarlyEvents(of: nextID) { await self.advance(advance) }
     }
 
     /// The engine joined the play it was asked to open ahead: the queue moves on as if the
@@ -335,10 +331,7 @@ actor SessionController {
             plays[playID] = generation
             if snapshot.queue.generation == generation { snapshot.playID = playID }
             // Events that beat the answer; the last of them may have ended the play already.
-            let early = unclaimed.filter { $0.playID == playID }
-            unclaimed.removeAll { $0.playID == playID }
-            var advance: PendingPlay?
-            for event in early { advance = handle(event) ?? advance }
+            let advance = claimEarlyEvents(of: playID)
             changed()
             return advance?.action.map { .then($0) } ?? .done
         case .stop:
@@ -431,6 +424,16 @@ actor SessionController {
             break
         }
         return nil
+    }
+
+    /// Handles the events of `playID` that arrived before its id came back over HTTP; returns
+    /// the play the last of them leaves to start, if any.
+    private func claimEarlyEvents(of playID: UInt64) -> PendingPlay? {
+        let early = unclaimed.filter { $0.playID == playID }
+        unclaimed.removeAll { $0.playID == playID }
+        var advance: PendingPlay?
+        for event in early { advance = handle(event) ?? advance }
+        return advance
     }
 
     /// Starts the next track after an auto-advance; a refusal tells the clients.
