@@ -23,7 +23,8 @@ package enum AudioEngineService {
             resolver: resolver, configuration: configuration.playback, workers: workers, openers: openers,
             background: background, metrics: metrics, logger: logger)
         let socket = AudioSocketServer(path: configuration.socketPath, metrics: metrics, logger: logger)
-        let pacer = Pacer(manager: manager, sink: socket, logger: logger)
+        let pacer = Pacer(
+            manager: manager, sink: socket, realtimePriority: configuration.pacerRealtimePriority, logger: logger)
         let router = Router()
         ControlAPI(manager: manager, socket: socket, resolver: resolver, searchPrefix: configuration.searchPrefix)
             .addRoutes(to: router)

@@ -17,6 +17,9 @@ package struct EngineConfiguration: Sendable {
     var workerThreads = ProcessInfo.processInfo.activeProcessorCount
     /// Threads that open sources (network connections block); separate so they never hold up encoding.
     var openerThreads = 4
+    /// The pacer thread's `SCHED_FIFO` priority where the system allows it (`CAP_SYS_NICE`);
+    /// nil keeps it at normal scheduling.
+    var pacerRealtimePriority: Int32? = 10
     /// Allow http(s) sources on loopback, private and link-local addresses (tests, local development).
     package var allowPrivateSources = false
     /// Networks allowed as sources besides the public ones (a NAS on the LAN).
@@ -87,6 +90,13 @@ package struct EngineConfiguration: Sendable {
         }
         if let value = environment["TONEARM_RESOLVE_QUEUE"] {
             resolveLimits.queueLimit = try Self.int(value, "TONEARM_RESOLVE_QUEUE", 0...1_000)
+        }
+        if let value = environment["TONEARM_WORKER_NICE"] {
+            playback.workerNice = Int32(try Self.int(value, "TONEARM_WORKER_NICE", 0...19))
+        }
+        if let value = environment["TONEARM_PACER_PRIORITY"] {
+            let priority = try Self.int(value, "TONEARM_PACER_PRIORITY", 0...99)
+            pacerRealtimePriority = priority == 0 ? nil : Int32(priority)
         }
         if let value = environment["TONEARM_WORKER_THREADS"] {
             workerThreads = try Self.int(value, "TONEARM_WORKER_THREADS", 1...256)

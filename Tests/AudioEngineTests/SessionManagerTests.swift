@@ -17,7 +17,7 @@ final class TickDriver {
     var messages: [WireMessage] = []
     let directory: TemporaryDirectory
 
-    init() throws {
+    init(configuration: PlaybackConfiguration = PlaybackConfiguration()) throws {
         directory = try TemporaryDirectory()
         try MediaFixture.tone(440, seconds: 1, into: directory.path)
         try MediaFixture.tone(880, seconds: 0.2, into: directory.path)
@@ -25,7 +25,7 @@ final class TickDriver {
         manager = SessionManager(
             resolver: SourceResolver(
                 library: MediaLibrary(directory: directory.path), network: try SourceNetwork(policy: NetworkPolicy()), ytdlp: YTDLP()),
-            configuration: PlaybackConfiguration(), workers: workers, logger: Logger(label: "test"))
+            configuration: configuration, workers: workers, logger: Logger(label: "test"))
     }
 
     deinit { try? workers.syncShutdownGracefully() }
@@ -66,6 +66,40 @@ import NIOCore
         guard case .event(let finished) = driver.messages.last else { return }
         #expect(finished.reason == .finished)
         #expect(try driver.manager.info(sessionID: id).state == .stopped)
+    }
+
+    @Test func progressEventsOfSessionsStartedTogetherFallOnDifferentTicks() throws {
+        // 25 sessions start at once, as after an engine restart: each reports once a second,
+        // and the reports are spread over the second instead of landing on one tick.
+        let driver = try TickDriver()
+        for n in 0..<25 { _ = try driver.manager.play(sessionID: try SessionID("p\(n)"), url: "tone-440.mp3") }
+        var perTick: [Int] = []
+        for _ in 0..<300 {
+            var batch = TickBatch()
+            driver.manager.collectTick(into: &batch, lateTicks: 0)
+            var processor = NIOSingleStepByteToMessageProcessor(WireMessageDecoder())
+            var progress = 0
+            try processor.process(buffer: batch.all) { message in
+                if case .event(let event) = message, event.type == .progress { progress += 1 }
+            }
+            perTick.append(progress)
+            Thread.sleep(forTimeInterval: 0.005)
+        }
+        #expect(perTick.reduce(0, +) >= 24, "progress per tick: \(perTick)")
+        #expect(perTick.max() ?? 0 <= 3, "progress per tick: \(perTick)")
+    }
+
+    @Test func aListOfMoreSessionsThanOneChunkIsCompleteAndSorted() throws {
+        var configuration = PlaybackConfiguration()
+        configuration.maxSessions = 400
+        let driver = try TickDriver(configuration: configuration)
+        // A file that fails at once: listed all the same, and no decoding beside the other tests.
+        try Data("not audio".utf8).write(to: URL(fileURLWithPath: driver.directory.path + "/bad.mp3"))
+        let count = SessionManager.listChunk * 2 + 7
+        let ids = try (0..<count).map { try SessionID("list-\($0)") }
+        for id in ids.shuffled() { _ = try driver.manager.play(sessionID: id, url: "bad.mp3") }
+        let listed = driver.manager.list().map(\.sessionID.description)
+        #expect(listed == ids.map(\.description).sorted())
     }
 
     @Test func replacingAPlayEndsItBeforeTheNewOneStarts() throws {

@@ -59,12 +59,17 @@ final class Pacer: Service, Sendable {
     private let sink: AudioSocketServer
     private let clock: any PacerClock
     private let logger: Logger
+    private let realtimePriority: Int32?
     private let running = Atomic<Bool>(false)
 
-    init(manager: SessionManager, sink: AudioSocketServer, clock: any PacerClock = MonotonicClock(), logger: Logger) {
+    init(
+        manager: SessionManager, sink: AudioSocketServer, clock: any PacerClock = MonotonicClock(),
+        realtimePriority: Int32? = nil, logger: Logger
+    ) {
         self.manager = manager
         self.sink = sink
         self.clock = clock
+        self.realtimePriority = realtimePriority
         self.logger = logger
     }
 
@@ -86,6 +91,7 @@ final class Pacer: Service, Sendable {
     }
 
     private func loop() {
+        prioritize()
         var schedule = TickSchedule(start: clock.now())
         var capacity = TickBatch.minimumCapacity
         while running.load(ordering: .relaxed) {
@@ -95,6 +101,26 @@ final class Pacer: Service, Sendable {
         }
         // One last tick writes the `finished` events of the shutdown.
         _ = tick(lateTicks: 0, capacity: capacity)
+    }
+
+    /// Real-time scheduling where it is allowed; where it is not, the workers' nice value still
+    /// lets the pacer in first. Logged either way, so an operator can see which it is.
+    private func prioritize() {
+        ThreadPriority.name("tonearm-pacer")
+        guard let priority = realtimePriority else {
+            logger.info("pacer thread at normal scheduling (TONEARM_PACER_PRIORITY=0)")
+            return
+        }
+        if let error = ThreadPriority.makeRealtime(priority: priority) {
+            logger.notice(
+                "pacer thread at normal scheduling: SCHED_FIFO was refused",
+                metadata: [
+                    "errno": "\(error)",
+                    "hint": "grant CAP_SYS_NICE (compose: cap_add SYS_NICE) for real-time pacing",
+                ])
+        } else {
+            logger.info("pacer thread at SCHED_FIFO", metadata: ["priority": "\(priority)"])
+        }
     }
 
     /// One tick into a buffer sized like the last one (so thousands of sessions do not regrow

@@ -19,6 +19,8 @@ struct EngineSession {
     /// Position of the first frame sent since the play started or last seeked.
     var positionBaseMS: Int64 = 0
     var framesSinceBase: UInt64 = 0
+    /// Which frame of each `progressInterval` carries the `progress` event.
+    var progressPhase: UInt64 = 0
     /// The source time those frames covered (20 ms each, but under a timescale), in µs.
     var sourceMicrosSinceBase: Int64 = 0
     /// A frame of the current play (since its start or last seek) has gone out: from then on a

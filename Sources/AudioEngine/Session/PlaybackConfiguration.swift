@@ -18,6 +18,8 @@ package struct PlaybackConfiguration: Sendable {
     var idleTimeout: Duration = .seconds(300)
     /// Frames between `progress` events (50 = once a second).
     package var progressInterval: UInt64 = 50
+    /// The encoding workers' nice value (0 = the same as the rest of the engine).
+    var workerNice: Int32 = 10
 
     package init() {}
 }

@@ -150,7 +150,7 @@ extension SessionManager {
         session.framesSinceBase += 1
         session.sourceMicrosSinceBase += Int64(sourceMicros)
         session.passthrough = passthrough
-        if session.framesSinceBase % configuration.progressInterval == 0 {
+        if (session.framesSinceBase &+ session.progressPhase) % max(configuration.progressInterval, 1) == 0 {
             batch.append(
                 WireEvent(type: .progress, sessionID: id, playID: session.machine.playID, positionMS: session.positionMS))
         }

@@ -21,6 +21,7 @@ package final class SessionManager: Sendable {
         var nextPlayID: UInt64 = 1
         var totals = FrameCounters()
         var ticks: UInt64 = 0
+        var sessionsCreated: UInt64 = 0
     }
 
     let state = Mutex(State())
@@ -70,7 +71,7 @@ package final class SessionManager: Sendable {
                     status: .serviceUnavailable, code: "pool_exhausted",
                     message: "all \(configuration.maxSessions) sessions are in use; stop one or try again later")
             }
-            var session = state.sessions[sessionID] ?? EngineSession(normalize: configuration.normalizeByDefault)
+            var session = state.sessions[sessionID] ?? newSession(&state)
             if let volume { session.volume = volume }
             if let filters { session.filters = filters }
             if let normalize { session.normalize = normalize }
@@ -308,10 +309,23 @@ package final class SessionManager: Sendable {
         }
     }
 
+    /// Sessions listed per hold of the lock: the tick waits for at most one chunk's copy.
+    static let listChunk = 128
+
+    /// Every session, sorted by id. Read a chunk at a time and sorted outside the lock, so a
+    /// listing of thousands of sessions never holds the pacer's tick for longer than its own work.
     func list() -> [SessionInfo] {
-        state.withLock { state in
-            state.sessions.map { Self.info($0.key, $0.value) }.sorted { $0.sessionID.description < $1.sessionID.description }
+        let ids = state.withLock { Array($0.sessions.keys) }
+        var infos: [(key: String, info: SessionInfo)] = []
+        infos.reserveCapacity(ids.count)
+        for start in stride(from: 0, to: ids.count, by: Self.listChunk) {
+            let chunk = ids[start..<min(start + Self.listChunk, ids.count)]
+            let listed = state.withLock { state in
+                chunk.compactMap { id in state.sessions[id].map { Self.info(id, $0) } }
+            }
+            for info in listed { infos.append((info.sessionID.description, info)) }
         }
+        return infos.sorted { $0.key < $1.key }.map(\.info)
     }
 
     /// Stops every session (graceful shutdown).
@@ -332,6 +346,17 @@ package final class SessionManager: Sendable {
     }
 
     // MARK: Helpers
+
+    /// A new session; its `progress` events fall on its own tick of the second, so thousands of
+    /// sessions started together do not all report on the same tick. Consecutive sessions get
+    /// phases 31 ticks apart: sessions of a burst start a tick or so after one another, and
+    /// phases one apart would cancel that skew and meet on one tick again.
+    private func newSession(_ state: inout State) -> EngineSession {
+        var session = EngineSession(normalize: configuration.normalizeByDefault)
+        session.progressPhase = (state.sessionsCreated &* 31) % max(configuration.progressInterval, 1)
+        state.sessionsCreated &+= 1
+        return session
+    }
 
     /// Closes ended plays' sources on an opener thread: closing (FFmpeg, the read-ahead thread)
     /// can block, and must never happen on the pacer thread or an event loop.
@@ -355,10 +380,13 @@ package final class SessionManager: Sendable {
         let encoder = configuration.encoder
         let metrics = metrics
         let network = resolver.network
+        // Openers keep the engine's priority: a play's first frames are encoded there.
+        let nice = pool === workers ? configuration.workerNice : 0
         let perJob = (claimed.count + Self.refillJobsPerTick - 1) / Self.refillJobsPerTick
         for start in stride(from: 0, to: claimed.count, by: perJob) {
             let job = claimed[start..<min(start + perJob, claimed.count)]
             pool.submit { _ in
+                if nice != 0 { ThreadPriority.ensureNice(nice) }
                 for playback in job { playback.fill(lead: lead, encoder: encoder, metrics: metrics, network: network) }
             }
         }

@@ -1,0 +1,41 @@
+// Who gets a core first when the cores are short: the pacer (real-time where the system allows
+// it), then the event loops, the control API and the openers, then the encoding workers, which
+// run at a higher nice value. Workers that lose their core briefly only use up their lead; a
+// pacer that loses it makes every session's frame late.
+import Foundation
+import Glibc
+
+enum ThreadPriority {
+    /// Moves the calling thread to `SCHED_FIFO` at `priority` (1–99). Returns nil when done, else
+    /// the error number (`EPERM` without `CAP_SYS_NICE`, or where the real-time budget is zero).
+    static func makeRealtime(priority: Int32) -> Int32? {
+        var parameters = sched_param(sched_priority: priority)
+        let result = pthread_setschedparam(pthread_self(), SCHED_FIFO, &parameters)
+        return result == 0 ? nil : result
+    }
+
+    /// The calling thread's scheduling policy (`SCHED_OTHER`, `SCHED_FIFO`, …).
+    static var currentPolicy: Int32 {
+        var policy: Int32 = 0
+        var parameters = sched_param()
+        return pthread_getschedparam(pthread_self(), &policy, &parameters) == 0 ? policy : SCHED_OTHER
+    }
+
+    /// Gives the calling thread the nice value `nice` unless it has it already; raising it needs
+    /// no privilege. On Linux a nice value belongs to a thread, and process id 0 names the calling
+    /// one. A thread pool's threads are not ours to start, so each job calls this: one
+    /// `getpriority` when nothing is to be done.
+    static func ensureNice(_ nice: Int32) {
+        let which = __priority_which_t(PRIO_PROCESS.rawValue)
+        errno = 0
+        let current = getpriority(which, 0)
+        guard current != nice || errno != 0 else { return }
+        _ = setpriority(which, 0, nice)
+        name("tonearm-worker")
+    }
+
+    /// Names the calling thread as `top -H` and `/proc/<pid>/task/*/comm` show it (15 bytes at most).
+    static func name(_ name: String) {
+        Thread.current.name = name
+    }
+}
