@@ -22,7 +22,13 @@ package enum AudioEngineService {
         let manager = SessionManager(
             resolver: resolver, configuration: configuration.playback, workers: workers, openers: openers,
             background: background, metrics: metrics, logger: logger)
-        let socket = AudioSocketServer(path: configuration.socketPath, metrics: metrics, logger: logger)
+        // The Router socket's own event loop: the pacer hands it each tick's batch, so it runs at
+        // the pacer's priority, and nothing else (HTTP requests) queues in front of the write.
+        let socketLoop = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        try await socketLoop.next().submit {
+            ThreadPriority.prioritize("tonearm-socket", priority: configuration.pacerRealtimePriority, logger: logger)
+        }.get()
+        let socket = AudioSocketServer(path: configuration.socketPath, group: socketLoop, metrics: metrics, logger: logger)
         let pacer = Pacer(
             manager: manager, sink: socket, realtimePriority: configuration.pacerRealtimePriority, logger: logger)
         let router = Router()
@@ -49,9 +55,11 @@ package enum AudioEngineService {
         } catch {
             try? await workers.shutdownGracefully()
             try? await openers.shutdownGracefully()
+            try? await socketLoop.shutdownGracefully()
             throw error
         }
         try? await workers.shutdownGracefully()
         try? await openers.shutdownGracefully()
+        try? await socketLoop.shutdownGracefully()
     }
 }

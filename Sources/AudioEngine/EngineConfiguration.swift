@@ -61,6 +61,12 @@ package struct EngineConfiguration: Sendable {
         if let value = environment["TONEARM_ENCODE_LEAD_FRAMES"] {
             playback.leadFrames = try Self.int(value, "TONEARM_ENCODE_LEAD_FRAMES", 1...50)
         }
+        if let value = environment["TONEARM_PASSTHROUGH_LEAD_FRAMES"] {
+            playback.passthroughLeadFrames = try Self.int(value, "TONEARM_PASSTHROUGH_LEAD_FRAMES", 1...50)
+        }
+        if let value = environment["TONEARM_REFILL_FRAMES"] {
+            playback.refillFrames = try Self.int(value, "TONEARM_REFILL_FRAMES", 1...49)
+        }
         if let value = environment["TONEARM_NORMALIZE"] {
             playback.normalizeByDefault = try Self.bool(value, "TONEARM_NORMALIZE")
         }
@@ -100,6 +106,11 @@ package struct EngineConfiguration: Sendable {
         }
         if let value = environment["TONEARM_WORKER_THREADS"] {
             workerThreads = try Self.int(value, "TONEARM_WORKER_THREADS", 1...256)
+        }
+        if playback.leadFrames > 1 && playback.refillFrames >= playback.leadFrames {
+            throw ConfigurationError(
+                message: "TONEARM_REFILL_FRAMES=\(playback.refillFrames) must be below TONEARM_ENCODE_LEAD_FRAMES="
+                    + "\(playback.leadFrames): a session must keep a frame in hand while its worker refills")
         }
     }
 

@@ -106,6 +106,45 @@ import Testing
         }
     }
 
+    /// Packets passed through keep a deeper lead than frames encoded (they cost a few hundred
+    /// bytes and no encoder state), refilled once half of it has gone; an encoded play keeps the
+    /// lead it was given.
+    @Test func aPlayPassedThroughKeepsADeeperLeadRefilledAtHalfOfIt() throws {
+        let directory = try TemporaryDirectory()
+        try MediaFixture.ffmpeg([
+            "-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000:duration=2", "-ac", "2", "-c:a", "libopus",
+            "-b:a", "128k", "-frame_duration", "20", directory.file("tone.webm"),
+        ])
+        try MediaFixture.tone(440, seconds: 2, into: directory.path)
+        func playing(_ name: String) throws -> Playback {
+            let playback = Playback(
+                sessionID: try SessionID("lead"), playID: 1, url: name, startMS: 0, volume: 100,
+                source: ResolvedSource(location: directory.file(name), displayName: name))
+            #expect(playback.claimFill(refillAt: Int.max))
+            playback.fill(lead: 2, passthroughLead: 10, encoder: OpusEncoderConfiguration(), metrics: EngineMetrics(), network: nil)
+            return playback
+        }
+        func buffered(_ playback: Playback) -> Int { playback.outbox.withLockedValue { $0.bufferedFrames } }
+        func take(_ playback: Playback) {
+            while case .opened = playback.nextOutboxItem() {}
+        }
+
+        let passed = try playing("tone.webm")
+        #expect(buffered(passed) == 10)
+        // The pacer's threshold for a lead of 2 is 1; a passthrough play is refilled at 5.
+        for _ in 0..<4 { take(passed) }
+        #expect(buffered(passed) == 6)
+        #expect(!passed.claimFill(refillAt: 1))
+        take(passed)
+        #expect(passed.claimFill(refillAt: 1))
+
+        let encoded = try playing("tone-440.mp3")
+        #expect(buffered(encoded) == 2)
+        #expect(!encoded.claimFill(refillAt: 1))
+        take(encoded)
+        #expect(encoded.claimFill(refillAt: 1))
+    }
+
     /// An Opus source passed through untouched: the packets waiting (all but the first, which
     /// the pacer may be sending) are taken back, decoded and played through the renderer at the
     /// new volume — nothing lost, nothing played twice.

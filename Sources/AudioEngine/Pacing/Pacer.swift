@@ -106,21 +106,7 @@ final class Pacer: Service, Sendable {
     /// Real-time scheduling where it is allowed; where it is not, the workers' nice value still
     /// lets the pacer in first. Logged either way, so an operator can see which it is.
     private func prioritize() {
-        ThreadPriority.name("tonearm-pacer")
-        guard let priority = realtimePriority else {
-            logger.info("pacer thread at normal scheduling (TONEARM_PACER_PRIORITY=0)")
-            return
-        }
-        if let error = ThreadPriority.makeRealtime(priority: priority) {
-            logger.notice(
-                "pacer thread at normal scheduling: SCHED_FIFO was refused",
-                metadata: [
-                    "errno": "\(error)",
-                    "hint": "grant CAP_SYS_NICE (compose: cap_add SYS_NICE) for real-time pacing",
-                ])
-        } else {
-            logger.info("pacer thread at SCHED_FIFO", metadata: ["priority": "\(priority)"])
-        }
+        ThreadPriority.prioritize("tonearm-pacer", priority: realtimePriority, logger: logger)
     }
 
     /// One tick into a buffer sized like the last one (so thousands of sessions do not regrow

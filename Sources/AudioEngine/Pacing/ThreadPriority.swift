@@ -4,6 +4,7 @@
 // pacer that loses it makes every session's frame late.
 import Foundation
 import Glibc
+import Logging
 
 enum ThreadPriority {
     /// Moves the calling thread to `SCHED_FIFO` at `priority` (1–99). Returns nil when done, else
@@ -12,6 +13,26 @@ enum ThreadPriority {
         var parameters = sched_param(sched_priority: priority)
         let result = pthread_setschedparam(pthread_self(), SCHED_FIFO, &parameters)
         return result == 0 ? nil : result
+    }
+
+    /// Names the calling thread and puts it in `SCHED_FIFO` at `priority` where allowed (nil:
+    /// normal scheduling), saying in the log which it got.
+    static func prioritize(_ name: String, priority: Int32?, logger: Logger) {
+        Self.name(name)
+        guard let priority else {
+            logger.info("\(name) thread at normal scheduling (TONEARM_PACER_PRIORITY=0)")
+            return
+        }
+        if let error = makeRealtime(priority: priority) {
+            logger.notice(
+                "\(name) thread at normal scheduling: SCHED_FIFO was refused",
+                metadata: [
+                    "errno": "\(error)",
+                    "hint": "grant CAP_SYS_NICE or an rtprio limit (compose: ulimits rtprio) for real-time pacing",
+                ])
+        } else {
+            logger.info("\(name) thread at SCHED_FIFO", metadata: ["priority": "\(priority)"])
+        }
     }
 
     /// The calling thread's scheduling policy (`SCHED_OTHER`, `SCHED_FIFO`, …).

@@ -23,11 +23,13 @@ final class Pipeline {
     /// Loudness, filters, gain and the encoder (created at the first frame that needs encoding:
     /// a passthrough play never pays for one).
     private(set) var renderer: FrameRenderer
-    private var pcm = [Float](repeating: 0, count: OpusEncoder.frameFloats)
+    /// The frame being made; sized at its first use (a passthrough play never makes one), as are
+    /// the two buffers below.
+    private var pcm: [Float] = []
     /// Present while a timescale is set: it takes source frames and gives output frames.
     private var timescale: TimescaleStage?
     /// A source frame on its way into the timescale stage.
-    private var sourceFrame = [Float](repeating: 0, count: OpusEncoder.frameFloats)
+    private var sourceFrame: [Float] = []
     /// The source ended under a timescale: silence goes in until the stage has played what it took.
     private var sourceEnded = false
     /// The source time the last packet covers, in microseconds: 20,000 but under a timescale.
@@ -39,7 +41,7 @@ final class Pipeline {
     /// Decoded source samples waiting to be played: an Opus source's packets decode into it, and a
     /// timescale turned off hands back what it took but did not play. Played before the source.
     private var decoded: [Float] = []
-    private var scratch = [Float](repeating: 0, count: OpusEncoder.frameFloats)
+    private var scratch: [Float] = []
     private var previousPacket: [UInt8]?
     /// After a seek: compressed packets that start before this are skipped.
     private var skipPacketsBeforeMS: Int64?
@@ -223,6 +225,7 @@ final class Pipeline {
     /// the sample or mixed over the fade.
     private func heardFrame(_ decoder: MediaDecoder, into frame: inout [Float]) throws -> Next<Void> {
         let needed = OpusEncoder.frameFloats
+        if frame.count != needed { frame = [Float](repeating: 0, count: needed) }
         guard let next = following?.pipeline, next.isReady else {
             switch try readSourceFrame(decoder, into: &frame) {
             case .value: return .value(())
@@ -381,6 +384,10 @@ final class Pipeline {
 
     /// The next frame through the timescale stage into `pcm`, and the source time it covers.
     private func stretchedFrame(_ decoder: MediaDecoder) throws -> Next<Int> {
+        if pcm.count != OpusEncoder.frameFloats { pcm = [Float](repeating: 0, count: OpusEncoder.frameFloats) }
+        if sourceFrame.count != OpusEncoder.frameFloats {
+            sourceFrame = [Float](repeating: 0, count: OpusEncoder.frameFloats)
+        }
         while true {
             if timescale?.hasPlayedAll == true { return .end }
             if let micros = pcm.withUnsafeMutableBufferPointer({ timescale?.pull(into: $0) }) ?? nil {

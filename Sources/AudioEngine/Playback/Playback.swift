@@ -44,6 +44,9 @@ final class Playback: @unchecked Sendable {
     struct Outbox {
         var items = CircularBuffer<OutboxItem>(initialCapacity: 8)
         var bufferedFrames = 0
+        /// While packets pass through: refill at this many frames (instead of the pacer's
+        /// threshold), since the passthrough lead is deeper.
+        var passthroughRefillAt: Int?
         /// A worker job owns the pipeline while this is set.
         var filling = false
         var cancelled = false
@@ -139,12 +142,13 @@ final class Playback: @unchecked Sendable {
         outbox = NIOLockedValueBox(box)
     }
 
-    /// Takes the fill token if the outbox holds at most `refillAt` frames and there is work.
+    /// Takes the fill token if the outbox holds at most `refillAt` frames (the passthrough
+    /// threshold while packets pass through) and there is work.
     func claimFill(refillAt: Int) -> Bool {
         outbox.withLockedValue { box in
             guard !box.filling, !box.cancelled, box.source != nil,
                 box.pendingSeekMS != nil || box.pendingReopenMS != nil || (box.renderAgain && box.bufferedFrames > 0)
-                    || (!box.ended && box.bufferedFrames <= refillAt)
+                    || (!box.ended && box.bufferedFrames <= max(refillAt, box.passthroughRefillAt ?? refillAt))
             else { return false }
             box.filling = true
             return true
@@ -247,10 +251,15 @@ final class Playback: @unchecked Sendable {
     }
 
     /// Worker side: opens the pipeline if needed, carries out a pending seek, and encodes frames
-    /// until `lead` are buffered. Must be called holding the fill token; releases it. Never
-    /// waits for the network: a network source that is still opening, or whose next packet has
-    /// not arrived, leaves the outbox as it is until the next tick.
-    func fill(lead: Int, encoder configuration: OpusEncoderConfiguration, metrics: EngineMetrics, network: SourceNetwork?) {
+    /// until `lead` are buffered (`passthroughLead` while packets pass through: they cost a few
+    /// hundred bytes each and nothing to take back, so a deeper lead buys slack for nothing).
+    /// Must be called holding the fill token; releases it. Never waits for the network: a network
+    /// source that is still opening, or whose next packet has not arrived, leaves the outbox as it
+    /// is until the next tick.
+    func fill(
+        lead: Int, passthroughLead: Int = 0, encoder configuration: OpusEncoderConfiguration, metrics: EngineMetrics,
+        network: SourceNetwork?
+    ) {
         defer {
             // A cancelled play closes its source here, on a worker thread, never on the pacer's.
             if outbox.withLockedValue({ $0.cancelled }) { pipeline = nil }
@@ -320,7 +329,10 @@ final class Playback: @unchecked Sendable {
                 renderLeadAgain(pipeline.renderer)
                 continue
             }
-            if buffered >= lead { return }
+            let passing = pipeline.passthrough && passthroughLead > lead
+            let target = passing ? passthroughLead : lead
+            outbox.withLockedValue { $0.passthroughRefillAt = passing ? passthroughLead / 2 : nil }
+            if buffered >= target { return }
             do {
                 switch try pipeline.nextPacket(volume: volume, filters: filters, normalize: normalize) {
                 case .pending:

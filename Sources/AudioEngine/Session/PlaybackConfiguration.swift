@@ -6,6 +6,14 @@ package struct PlaybackConfiguration: Sendable {
     /// Encoded lead in 20 ms frames. Volume changes reach the socket after at most this many
     /// frames, so it is kept small; the compressed read-ahead (seconds) absorbs network stalls.
     var leadFrames = 2
+    /// Frames a worker encodes per visit to a session: it is called when the lead is down by
+    /// this many. More per visit keeps a session's decoder, resampler and encoder in the cache
+    /// while they work; the slack before a frame is due is `leadFrames − refillFrames` frames.
+    var refillFrames = 1
+    /// The lead while a play's packets pass through untouched (a few hundred bytes a frame, no
+    /// encoder state), refilled when half of it has gone: slack for the workers at no cost. A
+    /// change that needs the sound re-encoded takes back all but the first of them.
+    var passthroughLeadFrames = 10
     var encoder = OpusEncoderConfiguration()
     /// Whether a new session's tracks are brought to `loudnessTarget` when its first play does not
     /// say (each session may turn it off).

@@ -15,7 +15,7 @@ extension SessionManager {
     package func collectTick(into batch: inout TickBatch, lateTicks: UInt64) {
         var refill: [Playback] = []
         var retired: [Playback] = []
-        let refillAt = max(configuration.leadFrames - 1, 0)
+        let refillAt = max(configuration.leadFrames - configuration.refillFrames, 0)
         state.withLock { state in
             for event in state.pendingEvents { batch.append(event) }
             state.pendingEvents.removeAll(keepingCapacity: true)

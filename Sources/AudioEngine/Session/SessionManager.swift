@@ -377,6 +377,7 @@ package final class SessionManager: Sendable {
         let claimed = claimed ? playbacks : playbacks.filter { $0.claimFill(refillAt: Int.max) }
         guard !claimed.isEmpty else { return }
         let lead = configuration.leadFrames
+        let passthroughLead = configuration.passthroughLeadFrames
         let encoder = configuration.encoder
         let metrics = metrics
         let network = resolver.network
@@ -387,7 +388,10 @@ package final class SessionManager: Sendable {
             let job = claimed[start..<min(start + perJob, claimed.count)]
             pool.submit { _ in
                 if nice != 0 { ThreadPriority.ensureNice(nice) }
-                for playback in job { playback.fill(lead: lead, encoder: encoder, metrics: metrics, network: network) }
+                for playback in job {
+                    playback.fill(
+                        lead: lead, passthroughLead: passthroughLead, encoder: encoder, metrics: metrics, network: network)
+                }
             }
         }
     }
