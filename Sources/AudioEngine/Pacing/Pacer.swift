@@ -91,7 +91,9 @@ final class Pacer: Service, Sendable {
     }
 
     private func loop() {
-        prioritize()
+        // Real-time where allowed; where not, the workers' nice value still lets the pacer in
+        // first. Logged either way, so an operator can see which it is.
+        ThreadPriority.prioritize("tonearm-pacer", priority: realtimePriority, logger: logger)
         var schedule = TickSchedule(start: clock.now())
         var capacity = TickBatch.minimumCapacity
         while running.load(ordering: .relaxed) {
@@ -101,12 +103,6 @@ final class Pacer: Service, Sendable {
         }
         // One last tick writes the `finished` events of the shutdown.
         _ = tick(lateTicks: 0, capacity: capacity)
-    }
-
-    /// Real-time scheduling where it is allowed; where it is not, the workers' nice value still
-    /// lets the pacer in first. Logged either way, so an operator can see which it is.
-    private func prioritize() {
-        ThreadPriority.prioritize("tonearm-pacer", priority: realtimePriority, logger: logger)
     }
 
     /// One tick into a buffer sized like the last one (so thousands of sessions do not regrow

@@ -28,18 +28,11 @@ enum ThreadPriority {
                 "\(name) thread at normal scheduling: SCHED_FIFO was refused",
                 metadata: [
                     "errno": "\(error)",
-                    "hint": "grant CAP_SYS_NICE or an rtprio limit (compose: ulimits rtprio) for real-time pacing",
+                    "hint": "grant CAP_SYS_NICE or an rtprio limit (Docker: ulimits rtprio) for real-time pacing",
                 ])
         } else {
             logger.info("\(name) thread at SCHED_FIFO", metadata: ["priority": "\(priority)"])
         }
-    }
-
-    /// The calling thread's scheduling policy (`SCHED_OTHER`, `SCHED_FIFO`, …).
-    static var currentPolicy: Int32 {
-        var policy: Int32 = 0
-        var parameters = sched_param()
-        return pthread_getschedparam(pthread_self(), &policy, &parameters) == 0 ? policy : SCHED_OTHER
     }
 
     /// Gives the calling thread the nice value `nice` unless it has it already; raising it needs

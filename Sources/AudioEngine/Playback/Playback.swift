@@ -123,6 +123,8 @@ final class Playback: @unchecked Sendable {
     private var opened: [UInt64: NextPlay] = [:]
     /// `.opened` has been queued (once per play, not again after a reopen).
     private var announced = false
+    /// What the outbox's `passthroughRefillAt` was last set for, so it is written only on a change.
+    private var refillsAsPassthrough = false
 
     init(
         sessionID: SessionID, playID: UInt64, url: String, startMS: Int64, volume: Int, filters: Filters = Filters(),
@@ -330,9 +332,11 @@ final class Playback: @unchecked Sendable {
                 continue
             }
             let passing = pipeline.passthrough && passthroughLead > lead
-            let target = passing ? passthroughLead : lead
-            outbox.withLockedValue { $0.passthroughRefillAt = passing ? passthroughLead / 2 : nil }
-            if buffered >= target { return }
+            if passing != refillsAsPassthrough {
+                refillsAsPassthrough = passing
+                outbox.withLockedValue { $0.passthroughRefillAt = passing ? passthroughLead / 2 : nil }
+            }
+            if buffered >= (passing ? passthroughLead : lead) { return }
             do {
                 switch try pipeline.nextPacket(volume: volume, filters: filters, normalize: normalize) {
                 case .pending:
