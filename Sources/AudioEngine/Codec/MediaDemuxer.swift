@@ -85,6 +85,11 @@ final class MediaDemuxer: PacketSource {
     /// The most channels and the highest sample rate a source may have (7.1 audio; 768 kHz).
     static let maxChannels = 8
     static let maxSampleRate = 768_000
+    /// The most memory a stream's seek index may take. FFmpeg adds an entry for each key packet
+    /// read (every packet of an audio stream in Matroska/WebM: 1.2 KB a second) and by default
+    /// lets the index grow to 1 MiB per session; above this it keeps every second entry instead,
+    /// so a seek may land up to a few seconds earlier and read forward from there.
+    static let maxIndexBytes: UInt32 = 16 * 1024
 
     /// FFmpeg logs to stderr by default; the engine reports failures itself.
     private static let quietLogs: Void = av_log_set_level(AV_LOG_ERROR)
@@ -105,6 +110,7 @@ final class MediaDemuxer: PacketSource {
     private init(opening url: String, io: UnsafeMutablePointer<AVIOContext>?, nested: NestedInputs?) throws(MediaError) {
         Self.quietLogs
         guard var format = avformat_alloc_context() else { throw MediaError(kind: .openFailed, message: "out of memory") }
+        format.pointee.max_index_size = Self.maxIndexBytes
         var options: OpaquePointer?
         if let io {
             format.pointee.pb = io
@@ -186,6 +192,12 @@ final class MediaDemuxer: PacketSource {
             if packet.pointee.stream_index == streamIndex && packet.pointee.size > 0 { return .packet }
             av_packet_unref(packet)
         }
+    }
+
+    /// Entries in the audio stream's seek index (bounded by `maxIndexBytes`).
+    var indexEntries: Int {
+        guard let format, let stream = format.pointee.streams[Int(streamIndex)] else { return 0 }
+        return Int(avformat_index_get_entries_count(stream))
     }
 
     func seek(toMS positionMS: Int64) throws(MediaError) {

@@ -42,21 +42,21 @@ final class FrameRenderer {
         var input: [Float] = []
         var settings = RenderSettings()
         var state = State()
-        var encoderState: [UInt8] = []
+        var encoderState = OpusEncoderSnapshot()
     }
 
     /// The live state after the last frame rendered, saved before frames are rendered again and
     /// put back if the new frames cannot replace the old.
     struct Saved {
         fileprivate let state: State
-        fileprivate let encoderState: [UInt8]?
+        fileprivate let encoderState: OpusEncoderSnapshot?
     }
 
     /// Frames rendered again from `first` on, not yet in the outbox.
     struct Again {
         let first: UInt64
         let packets: [[UInt8]]
-        fileprivate let kept: [(state: State, encoderState: [UInt8])]
+        fileprivate let kept: [(state: State, encoderState: OpusEncoderSnapshot)]
         fileprivate let settings: RenderSettings
     }
 
@@ -137,9 +137,9 @@ final class FrameRenderer {
 
     /// The live state, to put back with `restore` if frames rendered again are not used.
     func save() -> Saved {
-        var bytes: [UInt8]?
+        var bytes: OpusEncoderSnapshot?
         if let encoder {
-            var copy: [UInt8] = []
+            var copy = OpusEncoderSnapshot()
             encoder.save(into: &copy)
             bytes = copy
         }
@@ -159,10 +159,10 @@ final class FrameRenderer {
         var state = kept[slots[0]].state
         encoder.restore(from: kept[slots[0]].encoderState)
         var packets: [[UInt8]] = []
-        var states: [(state: State, encoderState: [UInt8])] = []
+        var states: [(state: State, encoderState: OpusEncoderSnapshot)] = []
         for (index, slot) in slots.enumerated() {
             if index > 0 {
-                var bytes: [UInt8] = []
+                var bytes = OpusEncoderSnapshot()
                 encoder.save(into: &bytes)
                 states.append((state, bytes))
             }
