@@ -145,6 +145,63 @@ import Testing
         #expect(encoded.claimFill(refillAt: 1))
     }
 
+    /// A change does not wait behind the tick's queue: it takes over a refill the tick claimed
+    /// whose job has not started, renders the frames waiting again at once, and the tick's job,
+    /// when its turn comes, leaves the play alone. A fill that has started cannot be taken over.
+    @Test func aChangeTakesOverARefillTheTickQueuedButNotOneRunning() throws {
+        let directory = try TemporaryDirectory()
+        try MediaFixture.tone(440, seconds: 2, into: directory.path)
+        let playback = Playback(
+            sessionID: try SessionID("takeover"), playID: 1, url: "tone-440.mp3", startMS: 0, volume: 100,
+            source: ResolvedSource(location: directory.file("tone-440.mp3"), displayName: "tone"))
+        func fill(_ claim: UInt64?) {
+            playback.fill(lead: 2, encoder: OpusEncoderConfiguration(), metrics: EngineMetrics(), network: nil, claim: claim)
+        }
+        func buffered() -> Int { playback.outbox.withLockedValue { $0.bufferedFrames } }
+        func frame() -> [UInt8]? {
+            while let item = playback.nextOutboxItem() {
+                if case .frame(let packet, _, _, _) = item { return packet }
+            }
+            return nil
+        }
+        fill(try #require(playback.claimFillNumber(refillAt: Int.max)))
+        #expect(buffered() == 2)
+        _ = frame()
+        // The tick claims the refill; its job waits in the workers' queue.
+        let queued = try #require(playback.claimFillNumber(refillAt: 1))
+        #expect(playback.claimFillNumber(refillAt: Int.max) == nil)
+        playback.setVolume(10)
+        let takeover = try #require(playback.claimOrTakeOverFill())
+        #expect(takeover != queued)
+        fill(takeover)
+        #expect(buffered() == 2)
+        #expect(playback.outbox.withLockedValue { !$0.filling && !$0.renderAgain })
+        // The next tick claims again; then the old job's turn comes: it finds its claim gone,
+        // encodes nothing and leaves the new claim standing for the new job.
+        _ = frame()
+        #expect(buffered() == 1)
+        let next = try #require(playback.claimFillNumber(refillAt: 1))
+        fill(queued)
+        #expect(buffered() == 1)
+        #expect(playback.outbox.withLockedValue { $0.filling && !$0.fillRunning })
+        fill(next)
+        #expect(buffered() == 2)
+        #expect(playback.outbox.withLockedValue { !$0.filling })
+        _ = frame()
+        // The frames after the change are at the new volume: −20 dB against the first one heard.
+        let decoder = try OpusDecoder()
+        let quiet = try decoder.decode(try #require(frame()))
+        #expect(Spectrum.dBFS(quiet) < -25, "\(Spectrum.dBFS(quiet)) dBFS")
+
+        // A fill under way reads changes as it goes; it is not taken over.
+        let running = try #require(playback.claimFillNumber(refillAt: Int.max))
+        playback.outbox.withLockedValue { $0.fillRunning = true }
+        #expect(playback.claimOrTakeOverFill() == nil)
+        playback.outbox.withLockedValue { $0.fillRunning = false }
+        fill(running)
+        #expect(buffered() == 2)
+    }
+
     /// An Opus source passed through untouched: the packets waiting (all but the first, which
     /// the pacer may be sending) are taken back, decoded and played through the renderer at the
     /// new volume — nothing lost, nothing played twice.

@@ -49,6 +49,11 @@ final class Playback: @unchecked Sendable {
         var passthroughRefillAt: Int?
         /// A worker job owns the pipeline while this is set.
         var filling = false
+        /// The number of the claim `filling` stands for: a job carries the number it was queued
+        /// with, and one whose claim was taken over (`claimOrTakeOverFill`) finds it changed.
+        var fillClaim: UInt64 = 0
+        /// The job holding the claim has started: it can no longer be taken over.
+        var fillRunning = false
         var cancelled = false
         /// The end item has been queued; no more work for the workers.
         var ended = false
@@ -146,14 +151,32 @@ final class Playback: @unchecked Sendable {
 
     /// Takes the fill token if the outbox holds at most `refillAt` frames (the passthrough
     /// threshold while packets pass through) and there is work.
-    func claimFill(refillAt: Int) -> Bool {
+    func claimFill(refillAt: Int) -> Bool { claimFillNumber(refillAt: refillAt) != nil }
+
+    /// `claimFill`, returning the claim's number for the job to carry to `fill(claim:)`.
+    func claimFillNumber(refillAt: Int) -> UInt64? {
         outbox.withLockedValue { box in
             guard !box.filling, !box.cancelled, box.source != nil,
                 box.pendingSeekMS != nil || box.pendingReopenMS != nil || (box.renderAgain && box.bufferedFrames > 0)
                     || (!box.ended && box.bufferedFrames <= max(refillAt, box.passthroughRefillAt ?? refillAt))
-            else { return false }
+            else { return nil }
             box.filling = true
-            return true
+            box.fillRunning = false
+            box.fillClaim &+= 1
+            return box.fillClaim
+        }
+    }
+
+    /// A change's side: claims the fill token, or takes it over from a job a tick queued that has
+    /// not started yet (that job, when its turn comes, finds its claim gone and leaves the play
+    /// alone). The change is then rendered on the caller's thread pool at once instead of behind
+    /// the tick's queue of refills. Nil while a fill is running (it reads the change as it goes).
+    func claimOrTakeOverFill() -> UInt64? {
+        if let claim = claimFillNumber(refillAt: Int.max) { return claim }
+        return outbox.withLockedValue { box in
+            guard box.filling, !box.fillRunning, !box.cancelled, box.source != nil else { return nil }
+            box.fillClaim &+= 1
+            return box.fillClaim
         }
     }
 
@@ -167,12 +190,17 @@ final class Playback: @unchecked Sendable {
         let owned = outbox.withLockedValue { box -> Bool in
             guard !box.filling else { return false }
             box.filling = true
+            box.fillRunning = true
+            box.fillClaim &+= 1
             box.cancelled = true
             return true
         }
         guard owned else { return }
         pipeline = nil
-        outbox.withLockedValue { $0.filling = false }
+        outbox.withLockedValue {
+            $0.filling = false
+            $0.fillRunning = false
+        }
     }
 
     /// Hands over a source resolved after the play started (a page URL through yt-dlp).
@@ -255,17 +283,27 @@ final class Playback: @unchecked Sendable {
     /// Worker side: opens the pipeline if needed, carries out a pending seek, and encodes frames
     /// until `lead` are buffered (`passthroughLead` while packets pass through: they cost a few
     /// hundred bytes each and nothing to take back, so a deeper lead buys slack for nothing).
-    /// Must be called holding the fill token; releases it. Never waits for the network: a network
-    /// source that is still opening, or whose next packet has not arrived, leaves the outbox as it
-    /// is until the next tick.
+    /// Must be called holding the fill token (`claim`: the number it was claimed with; nil for a
+    /// caller that holds it otherwise); releases it. A job whose claim was taken over returns at
+    /// once. Never waits for the network: a network source that is still opening, or whose next
+    /// packet has not arrived, leaves the outbox as it is until the next tick.
     func fill(
         lead: Int, passthroughLead: Int = 0, encoder configuration: OpusEncoderConfiguration, metrics: EngineMetrics,
-        network: SourceNetwork?
+        network: SourceNetwork?, claim: UInt64? = nil
     ) {
+        let mine = outbox.withLockedValue { box -> Bool in
+            guard box.filling, !box.fillRunning, claim == nil || claim == box.fillClaim else { return false }
+            box.fillRunning = true
+            return true
+        }
+        guard mine else { return }
         defer {
             // A cancelled play closes its source here, on a worker thread, never on the pacer's.
             if outbox.withLockedValue({ $0.cancelled }) { pipeline = nil }
-            outbox.withLockedValue { $0.filling = false }
+            outbox.withLockedValue {
+                $0.filling = false
+                $0.fillRunning = false
+            }
         }
         if let (source, position) = outbox.withLockedValue({ box in box.pendingReopenMS.flatMap { p in box.source.map { ($0, p) } } }) {
             pipeline = nil

@@ -13,7 +13,7 @@ extension SessionManager {
     /// Appends this tick's events and one frame per streaming session to `batch`, counts late
     /// ticks as deficit, and removes idle sessions. Called from the pacer thread only.
     package func collectTick(into batch: inout TickBatch, lateTicks: UInt64) {
-        var refill: [Playback] = []
+        var refill: [(Playback, UInt64)] = []
         var retired: [Playback] = []
         let refillAt = max(configuration.leadFrames - configuration.refillFrames, 0)
         state.withLock { state in
@@ -33,8 +33,8 @@ extension SessionManager {
                 tickTotals.add(counted)
                 if state.sessions.values[index].playback == nil {
                     retired.append(playback)
-                } else if playback.claimFill(refillAt: refillAt) {
-                    refill.append(playback)
+                } else if let claim = playback.claimFillNumber(refillAt: refillAt) {
+                    refill.append((playback, claim))
                 }
             }
             state.totals.add(tickTotals)
@@ -43,7 +43,7 @@ extension SessionManager {
             if tickTotals.deficit > 0 { metrics.framesDeficit.increment(by: Int64(tickTotals.deficit)) }
             if state.ticks % 50 == 0 { removeIdle(&state, into: &batch, retired: &retired) }
         }
-        schedule(refill, on: workers, claimed: true)
+        schedule(claimed: refill, on: workers)
         retire(retired)
     }
 

@@ -287,8 +287,10 @@ package final class SessionManager: Sendable {
         }
     }
 
-    /// Changes what shapes a session's sound, then hands its play to a worker at once, which
-    /// renders the frames encoded ahead again, so the change does not wait for the next tick.
+    /// Changes what shapes a session's sound, then renders the frames encoded ahead again at once,
+    /// so the change does not wait for the next tick: on an opener thread (normal priority, not
+    /// the niced workers), taking the play over from a refill the tick queued if that has not
+    /// started (under load, most plays are waiting for their refill at any moment).
     private func reshape(
         _ sessionID: SessionID, _ change: (inout EngineSession, inout State) -> Void
     ) throws(APIError) -> SessionInfo {
@@ -298,7 +300,7 @@ package final class SessionManager: Sendable {
             state.sessions[sessionID] = session
             return (Self.info(sessionID, session), session.playback)
         }
-        if let playback { schedule([playback], on: workers) }
+        if let playback, let claim = playback.claimOrTakeOverFill() { schedule(claimed: [(playback, claim)], on: openers) }
         return info
     }
 
@@ -373,8 +375,12 @@ package final class SessionManager: Sendable {
     /// submissions and wake-ups every 20 ms (profiled: at 3,000 sessions the pacer fell behind).
     static let refillJobsPerTick = 16
 
-    func schedule(_ playbacks: [Playback], on pool: NIOThreadPool, claimed: Bool = false) {
-        let claimed = claimed ? playbacks : playbacks.filter { $0.claimFill(refillAt: Int.max) }
+    func schedule(_ playbacks: [Playback], on pool: NIOThreadPool) {
+        schedule(claimed: playbacks.compactMap { playback in playback.claimFillNumber(refillAt: Int.max).map { (playback, $0) } }, on: pool)
+    }
+
+    /// Runs a fill for each play already claimed, with the number of its claim.
+    func schedule(claimed: [(Playback, UInt64)], on pool: NIOThreadPool) {
         guard !claimed.isEmpty else { return }
         let lead = configuration.leadFrames
         let passthroughLead = configuration.passthroughLeadFrames
@@ -388,9 +394,10 @@ package final class SessionManager: Sendable {
             let job = claimed[start..<min(start + perJob, claimed.count)]
             pool.submit { _ in
                 if nice != 0 { ThreadPriority.ensureNice(nice) }
-                for playback in job {
+                for (playback, claim) in job {
                     playback.fill(
-                        lead: lead, passthroughLead: passthroughLead, encoder: encoder, metrics: metrics, network: network)
+                        lead: lead, passthroughLead: passthroughLead, encoder: encoder, metrics: metrics, network: network,
+                        claim: claim)
                 }
             }
         }
