@@ -442,9 +442,20 @@ func milliseconds(_ duration: Duration) -> Double {
             #expect(try await harness.post("/session/s\(i)/play", #"{"url":"tone-\#(frequency).mp3"}"#).status == 202)
         }
         #expect(await eventually(timeout: .seconds(20)) { (0..<60).allSatisfy { socket.packets("s\($0)").count >= 150 } })
-        // Starting 60 plays within a second can leave one a frame short while 60 sources open on
-        // two cores (seen once in five runs: 1 nulled of 11,309); what is held to zero here is the
-        // steady state that follows. Benchmarks measure start-up bursts (issue 7).
+        // Starting 60 plays within a second can leave some frames short while 60 sources open on
+        // two cores (seen once in five runs: 1 nulled of 11,309; on a host half as fast, hundreds);
+        // what is held to zero here is the steady state that follows, from the first second with
+        // no late frame on (waited for up to 10 s). Benchmarks measure start-up bursts (issue 7).
+        func nulled() async throws -> Int? {
+            (try await harness.get("/health").json["frames"] as? [String: Any])?["nulled"] as? Int
+        }
+        var settled = try await nulled()
+        for _ in 0..<10 {
+            try await Task.sleep(for: .seconds(1))
+            let now = try await nulled()
+            if now == settled { break }  // (the pacer's own deficit is compared the same way below)
+            settled = now
+        }
         let started = try await harness.get("/health").json["frames"] as? [String: Any]
         try await Task.sleep(for: .seconds(3))
         let health = try await harness.get("/health")
@@ -456,7 +467,7 @@ func milliseconds(_ duration: Duration) -> Double {
         let frames = health.json["frames"] as? [String: Any]
         print("60 sessions: \(frames ?? [:]), after start-up \(started ?? [:])")
         #expect(frames?["nulled"] as? Int == started?["nulled"] as? Int, "frames went late in the steady state")
-        #expect(frames?["deficit"] as? Int == 0)
+        #expect(frames?["deficit"] as? Int == started?["deficit"] as? Int, "the pacer missed a tick in the steady state")
         socket.close()
     }
 }
