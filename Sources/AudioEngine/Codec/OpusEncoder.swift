@@ -100,9 +100,8 @@ public struct OpusEncoderSnapshot: Sendable {
 
     /// Bit `b % 64` of word `b / 64`: block `b` is stored.
     private var present: [UInt64] = []
-    /// The stored blocks in order, then the tail; its first `used` bytes are this snapshot's.
+    /// The stored blocks in order, then the tail (the storage may be longer: it only grows).
     private var bytes: [UInt8] = []
-    private var used = 0
 
     public init() {}
 
@@ -132,7 +131,6 @@ public struct OpusEncoderSnapshot: Sendable {
         let needed = present.reduce(0) { $0 + $1.nonzeroBitCount } * Self.blockBytes + Self.tailBytes
         // Grown in 4 KB steps (a state fills up over its first frames), never shrunk.
         if bytes.count < needed { bytes = [UInt8](repeating: 0, count: (needed + 4_095) / 4_096 * 4_096) }
-        used = needed
         let present = present
         bytes.withUnsafeMutableBytes { out in
             guard let out = out.baseAddress else { return }
