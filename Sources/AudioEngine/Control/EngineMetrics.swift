@@ -10,6 +10,8 @@ package struct EngineMetrics: Sendable {
     let framesSent: CoreMetrics.Counter
     let framesNulled: CoreMetrics.Counter
     let framesDeficit: CoreMetrics.Counter
+    /// Ticks the pacer reached a whole interval or more late and ran at once after the one before.
+    let ticksCaughtUp: CoreMetrics.Counter
     let encodeTime: CoreMetrics.Timer
     let sourceErrors: CoreMetrics.Counter
     let sourceReconnects: CoreMetrics.Counter
@@ -26,6 +28,7 @@ package struct EngineMetrics: Sendable {
         framesSent = CoreMetrics.Counter(label: "tonearm_engine_frames_sent_total", factory: factory)
         framesNulled = CoreMetrics.Counter(label: "tonearm_engine_frames_nulled_total", factory: factory)
         framesDeficit = CoreMetrics.Counter(label: "tonearm_engine_frames_deficit_total", factory: factory)
+        ticksCaughtUp = CoreMetrics.Counter(label: "tonearm_engine_ticks_caught_up_total", factory: factory)
         encodeTime = CoreMetrics.Timer(label: "tonearm_engine_encode_seconds", preferredDisplayUnit: .seconds, factory: factory)
         sourceErrors = CoreMetrics.Counter(label: "tonearm_engine_source_errors_total", factory: factory)
         sourceReconnects = CoreMetrics.Counter(label: "tonearm_engine_source_reconnects_total", factory: factory)
@@ -44,6 +47,7 @@ package struct EngineMetrics: Sendable {
         "tonearm_engine_frames_sent_total": "Frames written at their deadline.",
         "tonearm_engine_frames_nulled_total": "Deadlines at which a streaming session had no frame ready.",
         "tonearm_engine_frames_deficit_total": "Deadlines the engine itself missed while sessions were streaming.",
+        "tonearm_engine_ticks_caught_up_total": "Ticks the pacer reached a whole interval late and ran at once, keeping the streams on time.",
         "tonearm_engine_encode_seconds": "Time to encode one 20 ms frame.",
         "tonearm_engine_source_errors_total": "Plays that ended in error.",
         "tonearm_engine_source_reconnects_total": "Reconnects of network sources.",

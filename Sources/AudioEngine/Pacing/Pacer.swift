@@ -1,5 +1,7 @@
 // The one clock of the engine: a dedicated thread that wakes at absolute deadlines
 // (`start + n × 20 ms`), collects one frame per streaming session and writes the tick's batch.
+// A wake-up that comes a tick or more late runs the ticks it passed at once (up to a limit), so
+// the streams keep the clock's time.
 import Foundation
 #if canImport(CDispatch)
     import CDispatch  // where `timespec` comes from when Foundation is imported, with MemberImportVisibility
@@ -34,6 +36,12 @@ struct MonotonicClock: PacerClock {
 /// The deadline arithmetic of the pacer, kept apart from threads so it can be tested directly.
 struct TickSchedule {
     static let interval: UInt64 = 20_000_000
+    /// How many deadlines that passed while the pacer was late it still runs, back to back, so a
+    /// short stall (a page fault, a lock held by a thread the scheduler set aside) costs the
+    /// stream nothing: every frame goes out, and the stream stays on the clock it started on.
+    /// Beyond this the passed deadlines are skipped, so a long stall (the process stopped, the
+    /// host paused) never arrives as a burst of more than 80 ms of audio.
+    static let catchUpLimit: UInt64 = 3
     let start: UInt64
     private(set) var tick: UInt64 = 0
 
@@ -41,15 +49,23 @@ struct TickSchedule {
 
     var nextDeadline: UInt64 { start + (tick + 1) * Self.interval }
 
-    /// Advances past the deadline just slept to. When `now` is already beyond later deadlines,
-    /// those ticks are skipped (never burst) and returned as late.
-    mutating func advance(now: UInt64) -> UInt64 {
+    /// What to do at a wake-up: `run` ticks now, one after another (1 when on time), and
+    /// `skipped` deadlines that passed and are given up (the stream falls that many ticks behind).
+    struct Due: Equatable {
+        var run: UInt64
+        var skipped: UInt64
+    }
+
+    /// Advances past the deadline just slept to, and past every later one `now` is already beyond:
+    /// up to `catchUpLimit` of those are run too, the rest skipped.
+    mutating func advance(now: UInt64) -> Due {
         tick += 1
         let due = start + tick * Self.interval
-        guard now >= due + Self.interval else { return 0 }
-        let late = (now - due) / Self.interval
-        tick += late
-        return late
+        guard now >= due + Self.interval else { return Due(run: 1, skipped: 0) }
+        let passed = (now - due) / Self.interval
+        tick += passed
+        let caughtUp = min(passed, Self.catchUpLimit)
+        return Due(run: 1 + caughtUp, skipped: passed - caughtUp)
     }
 }
 
@@ -98,8 +114,10 @@ final class Pacer: Service, Sendable {
         var capacity = TickBatch.minimumCapacity
         while running.load(ordering: .relaxed) {
             clock.sleep(until: schedule.nextDeadline)
-            let late = schedule.advance(now: clock.now())
-            capacity = tick(lateTicks: late, capacity: capacity)
+            let due = schedule.advance(now: clock.now())
+            capacity = tick(lateTicks: due.skipped, capacity: capacity)
+            if due.run > 1 { manager.countCaughtUp(ticks: due.run - 1) }
+            for _ in 1..<due.run { capacity = tick(lateTicks: 0, capacity: capacity) }
         }
         // One last tick writes the `finished` events of the shutdown.
         _ = tick(lateTicks: 0, capacity: capacity)

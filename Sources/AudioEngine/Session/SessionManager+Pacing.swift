@@ -47,6 +47,13 @@ extension SessionManager {
         retire(retired)
     }
 
+    /// Counts ticks the pacer ran at once after the one before because it woke a whole interval
+    /// or more late (`TickSchedule.catchUpLimit`).
+    func countCaughtUp(ticks: UInt64) { metrics.ticksCaughtUp.increment(by: Int64(clamping: ticks)) }
+
+    /// How many ticks have been collected since the engine started.
+    var ticksRun: UInt64 { state.withLock { $0.ticks } }
+
     /// Moves the leading markers and at most one frame of the session's playback into the batch
     /// and counts the deadline's outcome. An ended play is taken off the session.
     private func drain(
