@@ -7,18 +7,19 @@ SHELL := /bin/bash
 APT_PACKAGES := pkg-config libopus-dev libavcodec-dev libavformat-dev libswresample-dev libavutil-dev libsqlite3-dev \
                 ffmpeg python3
 PIP_PACKAGES := yt-dlp==2026.10.26
-# What the tests add: opus-tools (opusinfo), Chromium and Playwright (the playground), curl, openssl
-# and certutil (the TLS tests), promtool (the metrics checks), schemathesis (the API against its
-# OpenAPI document), and the Discord bridge's own dependencies with pytest (bridges/discord).
+# What the tests add: opus-tools (opusinfo; opusenc/opusdec for bench-quality), Chromium and
+# Playwright (the playground), curl, openssl and certutil (the TLS tests), promtool (the metrics
+# checks), schemathesis (the API against its OpenAPI document), the Discord bridge's own
+# dependencies with pytest (bridges/discord), and numpy (bench-quality's auditory model).
 TEST_APT_PACKAGES := opus-tools chromium curl openssl libnss3-tools prometheus
-TEST_PIP_PACKAGES := playwright==1.49.1 schemathesis==4.32.5 discord.py[voice]==2.7.1 davey==0.1.7 pytest==9.2.0 simcord==3.2.1
+TEST_PIP_PACKAGES := numpy==2.4.6 playwright==1.49.1 schemathesis==4.32.5 discord.py[voice]==2.7.1 davey==0.1.7 pytest==9.2.0 simcord==3.2.1
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_MEDIA ?= $(CURDIR)/demo-media
 RUN_DIR ?= /tmp/tonearm-run
 export TONEARM_SOCKET ?= $(RUN_DIR)/engine.sock
 export TONEARM_MEDIA_DIR ?= $(DEMO_MEDIA)
 
-.PHONY: deps deps-test install-packages build build-release test test-sanitizers test-tsan test-asan run demo-media clean bench bench-smoke bench-micro deploy-test soak fuzz
+.PHONY: deps deps-test install-packages build build-release test test-sanitizers test-tsan test-asan run demo-media clean bench bench-smoke bench-quality bench-micro deploy-test soak fuzz
 
 ## Installs the Debian packages and Python tools Tonearm needs to build and run (skipped when all
 ## are present); `deps-test` adds what the tests need.
@@ -144,7 +145,13 @@ fuzz: deps
 
 ## Every row of the load tool at toy sizes, in about a minute (CI runs it; no thresholds).
 bench-smoke: BENCH_ARGS = --smoke
-bench-smoke: bench
+bench-smoke: bench deps-test
+	Benchmarks/Quality/opus-quality --check
+
+## What each Opus complexity step costs and does to the sound at 128 kbit/s (docs/benchmarks.md
+## § Opus complexity): opusenc/opusdec over six synthetic excerpts, an auditory model in numpy.
+bench-quality: deps-test
+	Benchmarks/Quality/opus-quality $(QUALITY_ARGS)
 
 ## The micro-benchmarks: wire format, Opus encode, pacer tick, Router publish (package-benchmark,
 ## which builds them in release; they exist only when TONEARM_BENCHMARKS is set).
