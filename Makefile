@@ -18,6 +18,11 @@ DEMO_MEDIA ?= $(CURDIR)/demo-media
 RUN_DIR ?= /tmp/tonearm-run
 export TONEARM_SOCKET ?= $(RUN_DIR)/engine.sock
 export TONEARM_MEDIA_DIR ?= $(DEMO_MEDIA)
+# Every release build here links the Swift runtime in statically, as the image does: the same
+# flags everywhere keep one build in .build/release (different flags rebuild every module), and
+# CI's deployment step can put the executables the tests ran against into the image
+# (deploy/smoke-test.sh, TONEARM_IMAGE_BINARIES=host).
+RELEASE := swift build -c release --static-swift-stdlib
 
 .PHONY: deps deps-test install-packages build build-release test test-sanitizers test-tsan test-asan run demo-media clean bench bench-smoke bench-quality bench-micro deploy-test soak fuzz
 
@@ -47,7 +52,7 @@ build: deps
 	swift build
 
 build-release: deps
-	swift build -c release
+	$(RELEASE)
 
 ## Generates a small demo library with ffmpeg's test sources (only when it is missing).
 demo-media:
@@ -66,7 +71,7 @@ demo-media:
 ## Builds (release), creates the demo media and runs AudioEngine and Router until Ctrl-C.
 run: build-release demo-media
 	@mkdir -p "$(RUN_DIR)"
-	@bin=$$(swift build -c release --show-bin-path); \
+	@bin=$$($(RELEASE) --show-bin-path); \
 	"$$bin/AudioEngine" & engine=$$!; \
 	trap 'kill $$engine 2>/dev/null; wait $$engine' EXIT INT TERM; \
 	echo "Tonearm: open http://$${TONEARM_ROUTER_HOST:-127.0.0.1}:$${TONEARM_ROUTER_PORT:-8080}/ and play tone-440.mp3"; \
@@ -80,11 +85,10 @@ run: build-release demo-media
 test: deps-test
 	deploy/check-build-context.sh
 	swift build --build-tests
-	swift build -c release --product AudioEngine
-	swift build -c release --product Router
-	TONEARM_BIN_DIR="$$(swift build -c release --show-bin-path)" swift test --skip-build --no-parallel
-	TONEARM_BIN_DIR="$$(swift build -c release --show-bin-path)" Tests/API/run.sh
-	bin="$$(swift build -c release --show-bin-path)" && cd bridges/discord && TONEARM_BIN_DIR="$$bin" python3 -m pytest -q
+	$(RELEASE)
+	TONEARM_BIN_DIR="$$($(RELEASE) --show-bin-path)" swift test --skip-build --no-parallel
+	TONEARM_BIN_DIR="$$($(RELEASE) --show-bin-path)" Tests/API/run.sh
+	bin="$$($(RELEASE) --show-bin-path)" && cd bridges/discord && TONEARM_BIN_DIR="$$bin" python3 -m pytest -q
 
 ## The unit tests under ThreadSanitizer, then every end-to-end test against AddressSanitizer builds
 ## of both executables (docs/reliability.md). Each has its own build folder (.build-tsan,
@@ -125,16 +129,14 @@ test-asan: deps-test
 ## The load tool against release builds (docs/benchmarks.md): about 25 minutes on two cores.
 ## BENCH_ARGS picks rows and sizes, e.g. make bench BENCH_ARGS="--rows pacing --pacing-seconds 60".
 bench: deps
-	swift build -c release --product AudioEngine
-	swift build -c release --product Router
-	TONEARM_BENCHMARKS=1 swift build -c release --product tonearm-listeners
+	$(RELEASE)
+	TONEARM_BENCHMARKS=1 $(RELEASE) --product tonearm-listeners
 	Benchmarks/Load/tonearm-load $(BENCH_ARGS)
 
 ## The soak run of docs/reliability.md: 60 sessions with churn for an hour, one engine restart
 ## (not in CI). SOAK_ARGS changes it, e.g. make soak SOAK_ARGS="--soak-seconds 600".
 soak: deps
-	swift build -c release --product AudioEngine
-	swift build -c release --product Router
+	$(RELEASE)
 	Benchmarks/Load/tonearm-load --rows soak $(SOAK_ARGS)
 
 ## libFuzzer targets (Tests/Fuzz) with AddressSanitizer, FUZZ_SECONDS each (docs/reliability.md).
@@ -160,6 +162,8 @@ bench-micro: deps
 
 ## docker-compose up --build for real (podman here, through ../shared/tools/offline-containers.sh),
 ## from no cached Tonearm layer: build, health, a tone heard, an engine restart, a graceful stop.
+## TONEARM_IMAGE_BINARIES=host puts the release build of `make test` into the image instead of
+## compiling the executables inside it (CI; Debian 12 hosts only).
 deploy-test:
 	deploy/smoke-test.sh
 

@@ -4,17 +4,21 @@
 # a target under Benchmarks/, which the Dockerfile never copies). It lays out what the build stage's
 # COPY lines put in its working directory, honouring .dockerignore, and asks SwiftPM to load the
 # package there (`swift package describe` checks every target's path without resolving
-# dependencies). `make test` runs it first.
+# dependencies). It also finds every Debian package that Package.swift's system libraries name
+# (their `.apt` providers) installed in that stage, since CI puts the host's build into the image
+# rather than running that stage (deploy/smoke-test.sh, TONEARM_IMAGE_BINARIES=host). `make test`
+# runs it first.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DOCKERFILE=${1:-$ROOT/deploy/Dockerfile}
 CONTEXT=$(mktemp -d /tmp/tonearm-context.XXXXXX)
-trap 'rm -rf "$CONTEXT"' EXIT
+INSTALLED=$CONTEXT.installed   # the packages the build stage's RUN lines install, one per line
+trap 'rm -rf "$CONTEXT" "$INSTALLED"' EXIT
 
-python3 - "$ROOT" "$DOCKERFILE" "$CONTEXT" <<'PY'
+python3 - "$ROOT" "$DOCKERFILE" "$CONTEXT" "$INSTALLED" <<'PY'
 import fnmatch, os, shlex, shutil, sys
 
-root, dockerfile, context = sys.argv[1:]
+root, dockerfile, context, installed = sys.argv[1:]
 
 def instructions(path):
     """The Dockerfile's instructions, continuation lines joined, comments dropped."""
@@ -69,7 +73,7 @@ for instruction in instructions(dockerfile):
     keyword, _, rest = instruction.partition(" ")
     keyword = keyword.upper()
     if keyword == "FROM":
-        current = {"copies": [], "builds": False, "workdir": "/"}
+        current = {"copies": [], "builds": False, "workdir": "/", "runs": []}
         stages.append(current)
     elif current is None:
         continue
@@ -80,12 +84,17 @@ for instruction in instructions(dockerfile):
         if not any(w.startswith("--from") for w in words):
             words = [w for w in words if not w.startswith("--")]
             current["copies"].append((current["workdir"], words[:-1], words[-1]))
-    elif keyword == "RUN" and "swift build" in rest:
-        current["builds"] = True
+    elif keyword == "RUN":
+        current["runs"].append(rest)
+        current["builds"] = current["builds"] or "swift build" in rest
 build = [s for s in stages if s["builds"]]
 if not build:
     sys.exit(f"{dockerfile}: no stage runs `swift build`")
 workdir = build[0]["workdir"]
+with open(installed, "w") as out:
+    for run in build[0]["runs"]:
+        if "apt-get" in run:
+            out.writelines(w + "\n" for w in shlex.split(run.replace("&&", " ")) if not w.startswith("-"))
 for copy_workdir, sources, target in build[0]["copies"]:
     target_abs = os.path.normpath(os.path.join(copy_workdir, target))
     for source in sources:
@@ -107,4 +116,18 @@ if ! out=$(cd "$CONTEXT" && env -u TONEARM_BENCHMARKS swift package describe --t
   echo "Either copy the missing files in the Dockerfile's build stage or keep the target out of the default manifest." >&2
   exit 1
 fi
-echo "build context ok: Package.swift loads from what the Dockerfile copies ($(cd "$CONTEXT" && find . -type f | wc -l) files)"
+missing=$(cd "$CONTEXT" && env -u TONEARM_BENCHMARKS swift package dump-package 2>/dev/null | python3 -c '
+import json, sys
+installed = set(open(sys.argv[1]).read().split())
+for target in json.load(sys.stdin)["targets"]:
+    for provider in target.get("providers") or []:
+        for names in provider.get("apt", []):
+            for name in names:
+                if name not in installed:
+                    print(target["name"], "needs", name)' "$INSTALLED")
+if [ -n "$missing" ]; then
+  echo "deploy/check-build-context.sh: $(basename "$DOCKERFILE")'s build stage does not install what Package.swift's system libraries need:" >&2
+  echo "$missing" >&2
+  exit 1
+fi
+echo "build context ok: Package.swift loads from what the Dockerfile copies ($(cd "$CONTEXT" && find . -type f | wc -l) files), and its system libraries' packages are installed there"
