@@ -45,13 +45,15 @@ let package = Package(
         // The engine's control API as both processes see it: the JSON bodies of its routes.
         .target(name: "EngineAPI", dependencies: ["WireProtocol"], swiftSettings: swiftSettings),
         // What both servers share beyond the wire: the JSON error shape and its middleware, one JSON
-        // configuration, process figures, address ranges for their settings.
+        // configuration, process figures, address ranges for their settings, background work and
+        // its cancellation.
         .target(
             name: "ServiceSupport",
             dependencies: [
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -3,6 +3,7 @@ import Foundation
 import Hummingbird
 import Logging
 import NIOPosix
+import ServiceSupport
 import ServiceLifecycle
 import UnixSignals
 
@@ -13,10 +14,16 @@ package enum AudioEngineService {
         workers.start()
         let openers = NIOThreadPool(numberOfThreads: configuration.openerThreads)
         openers.start()
+        let network = try SourceNetwork(
+            policy: configuration.sourcePolicy, extraAuthorities: configuration.sourceAuthorities,
+            openTimeout: .nanoseconds(Int64(configuration.resolveTimeout.components.seconds) * 1_000_000_000))
         let resolver = SourceResolver(
             library: MediaLibrary(directory: configuration.mediaDirectory),
-            network: try SourceNetwork(policy: configuration.sourcePolicy, extraAuthorities: configuration.sourceAuthorities),
-            ytdlp: YTDLP(executable: configuration.ytdlpPath, limits: configuration.resolveLimits))
+            network: network,
+            ytdlp: YTDLP(
+                executable: configuration.ytdlpPath, timeout: configuration.resolveTimeout, limits: configuration.resolveLimits),
+            openLimits: .init(
+                limit: configuration.resolveLimits.limit * 4, queueLimit: configuration.resolveLimits.queueLimit * 2))
         let metrics = EngineMetrics.prometheus()
         let background = BackgroundTasks()
         let manager = SessionManager(
@@ -31,7 +38,7 @@ package enum AudioEngineService {
         let socket = AudioSocketServer(path: configuration.socketPath, group: socketLoop, metrics: metrics, logger: logger)
         let pacer = Pacer(
             manager: manager, sink: socket, realtimePriority: configuration.pacerRealtimePriority, logger: logger)
-        let router = Router()
+        let router = Router(context: EngineRequestContext.self)
         ControlAPI(manager: manager, socket: socket, resolver: resolver, searchPrefix: configuration.searchPrefix)
             .addRoutes(to: router)
         let app = Application(

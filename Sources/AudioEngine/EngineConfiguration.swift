@@ -28,8 +28,12 @@ package struct EngineConfiguration: Sendable {
     var sourceAuthorities: String?
     /// The yt-dlp executable (a name on PATH or a path).
     var ytdlpPath = "yt-dlp"
-    /// yt-dlp processes (and sources opened to describe them) at once, and how many more may wait.
+    /// yt-dlp processes at once, and how many more may wait (sources opened to describe them
+    /// have a gate of their own, four times as wide).
     var resolveLimits = ConcurrencyGate.Limits()
+    /// Every yt-dlp run, and every source's opening (for a play or to describe it), ends within
+    /// this long, with `source_timeout` if it has not.
+    var resolveTimeout: Duration = .seconds(15)
     /// The yt-dlp search prefix for `GET /search` (`ytsearch`, `scsearch`, …).
     var searchPrefix = "ytsearch"
 
@@ -96,6 +100,9 @@ package struct EngineConfiguration: Sendable {
         }
         if let value = environment["TONEARM_RESOLVE_QUEUE"] {
             resolveLimits.queueLimit = try Self.int(value, "TONEARM_RESOLVE_QUEUE", 0...1_000)
+        }
+        if let value = environment["TONEARM_RESOLVE_TIMEOUT"] {
+            resolveTimeout = .seconds(try Self.int(value, "TONEARM_RESOLVE_TIMEOUT", 1...300))
         }
         if let value = environment["TONEARM_WORKER_NICE"] {
             playback.workerNice = Int32(try Self.int(value, "TONEARM_WORKER_NICE", 0...19))

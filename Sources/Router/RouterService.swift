@@ -6,6 +6,7 @@ import HummingbirdTLS
 import HummingbirdWebSocket
 import Logging
 import ServiceLifecycle
+import ServiceSupport
 import UnixSignals
 import WireProtocol
 
@@ -16,8 +17,9 @@ package enum RouterService {
         let engine = EngineClient(baseURL: configuration.engineURL)
         let database = try SessionDatabase(path: configuration.database)
         let writer = PersistenceWriter(database: database, logger: logger)
+        let background = BackgroundTasks()
         let directory = SessionDirectory(
-            store: store, engine: engine, database: database, writer: writer, logger: logger,
+            store: store, engine: engine, database: database, writer: writer, background: background, logger: logger,
             browserPlays: configuration.browserPlays, normalizeByDefault: configuration.normalizeByDefault)
         await directory.restore()
         let (events, eventSink) = AsyncStream<WireEvent>.makeStream()
@@ -50,7 +52,8 @@ package enum RouterService {
         let group = ServiceGroup(
             configuration: .init(
                 services: [
-                    .init(service: writer), .init(service: upkeep), .init(service: link),
+                    // Stopped in reverse order: the API first, the writer last.
+                    .init(service: writer), .init(service: background), .init(service: upkeep), .init(service: link),
                     // Returns at once when no names need looking up: that must not stop the Router.
                     .init(
                         service: TrustedProxyRefresh(proxies: configuration.trustedProxies, logger: logger),

@@ -41,6 +41,11 @@ public struct APIError: Error, HTTPResponseError, CustomStringConvertible {
         APIError(status: .unprocessableContent, code: code, message: message)
     }
 
+    /// Work given up because whoever wanted it went away (a stopped or replaced play, a request
+    /// whose client left). Nobody usually reads it; it keeps typed throws typed.
+    public static let cancelled = APIError(
+        status: .conflict, code: "cancelled", message: "the work was called off before it finished (the play or request that asked for it ended)")
+
     /// 500 for a failure no one anticipated: the details are for the operator's log only.
     public static let internalError = APIError(
         status: .internalServerError, code: "internal",

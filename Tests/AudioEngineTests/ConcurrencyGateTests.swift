@@ -1,6 +1,6 @@
-// The gate in front of yt-dlp runs and source opens: waiters are admitted in order, a full queue
-// and a wait that runs out are refused at once with 503 `resolver_busy`, and neither a timed-out
-// nor a cancelled waiter keeps a place or a queue slot.
+// The gate in front of yt-dlp runs and source opens: waiters are admitted in order, one place
+// per owner, a full queue and a wait that runs out are refused at once with 503 `resolver_busy`,
+// and neither a timed-out nor a cancelled waiter keeps a place or a queue slot.
 import Foundation
 import HTTPTypes
 import Synchronization
@@ -28,6 +28,26 @@ import Testing
         try await second.value
         #expect(order.values == [1, 2])
         await gate.release()
+        #expect(await gate.load == (0, 0))
+    }
+
+    /// A session holds one place at a time: its second waits for its first even with places free,
+    /// while another session's goes ahead; the first's release hands its place on.
+    @Test func anOwnerHoldsOnePlaceAtATime() async throws {
+        let gate = ConcurrencyGate("tests", limits: .init(limit: 3, queueLimit: 4, maxWait: .seconds(30)))
+        try await gate.acquire(owner: "a")
+        let order = OrderLog()
+        let second = Task { try await gate.acquire(owner: "a"); order.append(2) }
+        while await gate.load.waiting < 1 { await Task.yield() }
+        try await gate.acquire(owner: "b")
+        #expect(await gate.load == (2, 1), "b went ahead of a's second; a's second still waits")
+        order.append(1)
+        await gate.release(owner: "a")
+        try await second.value
+        #expect(order.values == [1, 2])
+        #expect(await gate.load == (2, 0))
+        await gate.release(owner: "a")
+        await gate.release(owner: "b")
         #expect(await gate.load == (0, 0))
     }
 

@@ -27,7 +27,7 @@ import WireProtocol
         var configuration = PlaybackConfiguration()
         configuration.maxSessions = maxSessions
         let manager = SessionManager(resolver: resolver, configuration: configuration, workers: workers, logger: logger)
-        let router = Router()
+        let router = Router(context: EngineRequestContext.self)
         ControlAPI(manager: manager, socket: AudioSocketServer(path: directory.file("s.sock"), logger: logger), resolver: resolver)
             .addRoutes(to: router)
         try await Application(router: router).test(.router, body)

@@ -19,7 +19,7 @@ import Testing
             library: MediaLibrary(directory: "/nonexistent"), network: try SourceNetwork(policy: NetworkPolicy()), ytdlp: YTDLP())
         let manager = SessionManager(
             resolver: resolver, configuration: PlaybackConfiguration(), workers: NIOThreadPool.singleton, logger: logger)
-        let router = Router()
+        let router = Router(context: EngineRequestContext.self)
         ControlAPI(manager: manager, socket: AudioSocketServer(path: "/nonexistent/s.sock", logger: logger), resolver: resolver)
             .addRoutes(to: router)
         let registered = Set(router.routes.map {

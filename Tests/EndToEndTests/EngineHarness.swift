@@ -189,6 +189,11 @@ final class MediaServer: @unchecked Sendable {
         try await HTTPClientText.get(url("requests")).split(separator: "\n").map(String.init)
     }
 
+    /// How many responses it is sending right now (a dribbled one counts until its client leaves).
+    func openResponses() async throws -> Int {
+        Int(try await HTTPClientText.get(url("open"))) ?? -1
+    }
+
     /// SIGKILL: it holds no state worth a graceful exit, and it may have been started with
     /// SIGTERM blocked by the thread that spawned it.
     func stop() {

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """A local HTTP media server for Tonearm's tests: serves a directory with Range support, and can
 misbehave on purpose, once each: stall for a while at a byte offset, or drop the connection at
-another. It can also pace its output to a multiple of real time, listen on another loopback
-address (--bind 127.0.0.2) and redirect paths elsewhere. Prints the port it bound; GET /requests
-lists what it was asked for."""
+another. It can also pace its output to a multiple of real time, dribble (send a first stretch
+fast, then the rest one byte at a time, however it is asked for), listen on another loopback address (--bind 127.0.0.2) and
+redirect paths elsewhere. Prints the port it bound; GET /requests lists what it was asked for,
+GET /open how many of its responses are being sent right now."""
 import argparse
 import http.server
 import os
@@ -19,6 +20,10 @@ parser.add_argument("--stall-at", type=int, default=-1, help="byte offset at whi
 parser.add_argument("--stall-seconds", type=float, default=2.0)
 parser.add_argument("--drop-at", type=int, default=-1, help="byte offset at which to close the connection once")
 parser.add_argument("--rate", type=int, default=0, help="bytes per second to send (0: unlimited)")
+parser.add_argument("--dribble-after", type=int, default=-1,
+                    help="send every byte from this offset of the file on (whatever Range asked) one per --dribble-interval")
+parser.add_argument("--dribble-interval", type=float, default=0.05)
+parser.add_argument("--port", type=int, default=0, help="the port to listen on (0: any free one)")
 parser.add_argument("--bind", default="127.0.0.1", help="the address to listen on (127.0.0.2 is loopback too)")
 parser.add_argument("--redirect", action="append", default=[], metavar="PATH=URL",
                     help="answer GET PATH with 302 to URL (repeatable)")
@@ -26,7 +31,7 @@ args = parser.parse_args()
 # A parent may have started us with every signal blocked (threads of Swift's runtime block them).
 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
 
-state = {"stalled": False, "dropped": False, "requests": []}
+state = {"stalled": False, "dropped": False, "requests": [], "open": 0}
 lock = threading.Lock()
 
 
@@ -48,8 +53,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
-        if self.path.startswith("/requests"):
-            body = "\n".join(state["requests"]).encode()
+        if self.path.startswith("/requests") or self.path.startswith("/open"):
+            with lock:
+                body = ("\n".join(state["requests"]) if self.path.startswith("/requests") else str(state["open"])).encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -76,6 +82,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Accept-Ranges", "bytes")
         self.send_header("Content-Length", str(end - start + 1))
         self.end_headers()
+        with lock:
+            state["open"] += 1
+        try:
+            self.send_file(path, start, end)
+        finally:
+            with lock:
+                state["open"] -= 1
+
+    def send_file(self, path, start, end):
         with open(path, "rb") as f:
             f.seek(start)
             offset = start
@@ -104,6 +119,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     return
                 if stall:
                     time.sleep(args.stall_seconds)
+                if args.dribble_after >= 0 and offset + len(chunk) > args.dribble_after:
+                    fast = max(0, args.dribble_after - offset)
+                    try:
+                        self.wfile.write(chunk[:fast])
+                        self.wfile.flush()
+                        for byte in chunk[fast:]:
+                            time.sleep(args.dribble_interval)
+                            self.wfile.write(bytes([byte]))
+                            self.wfile.flush()
+                    except (BrokenPipeError, ConnectionResetError):
+                        return
+                    offset += len(chunk)
+                    sent += len(chunk)
+                    continue
                 try:
                     self.wfile.write(chunk)
                 except (BrokenPipeError, ConnectionResetError):
@@ -120,6 +149,6 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
 
 
-server = Server((args.bind, 0), Handler)
+server = Server((args.bind, args.port), Handler)
 print(server.server_address[1], flush=True)
 server.serve_forever()

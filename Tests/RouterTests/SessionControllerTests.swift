@@ -15,6 +15,7 @@ import WireProtocol
 final class ScriptedEngine: EngineControl {
     private struct State {
         var calls: [String] = []
+        var resolves: [String] = []
         var nexts: [String] = []
         var nextPlayID: UInt64 = 1
         var gates: [String: CheckedContinuation<Void, Never>] = [:]
@@ -85,18 +86,36 @@ final class ScriptedEngine: EngineControl {
         state.withLock { $0.calls.append(control.description) }
     }
 
+    /// Waits while `key` is held; a cancelled caller stops waiting (as a real request ends).
     private func gate(_ key: String) async {
         guard state.withLock({ $0.heldURLs.contains(key) }) else { return }
-        await withCheckedContinuation { continuation in
-            state.withLock { $0.gates[key] = continuation }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let parked = state.withLock { state -> Bool in
+                    guard !Task.isCancelled else { return false }
+                    state.gates[key] = continuation
+                    return true
+                }
+                if !parked { continuation.resume() }
+            }
+        } onCancel: {
+            state.withLock { $0.gates.removeValue(forKey: key) }?.resume()
         }
     }
 
-    func resolve(_ url: String) async throws(APIError) -> Resolution {
+    /// Whose resolves were asked for, in order ("url for owner").
+    var resolves: [String] { state.withLock { $0.resolves } }
+
+    func resolve(_ url: String, owner: SessionID?) async throws(APIError) -> Resolution {
+        state.withLock { $0.resolves.append("\(url) for \(owner?.description ?? "nobody")") }
+        await gate(url)
+        if Task.isCancelled {
+            state.withLock { $0.calls.append("called off \(url)") }
+            throw .cancelled
+        }
         if url.hasPrefix("bad") {
             throw APIError(status: .unprocessableContent, code: "unresolvable", message: "cannot play \(url)")
         }
-        await gate(url)
         if url.hasPrefix("list") {
             return Resolution(
                 url: url, title: "A list", isPlaylist: true,

@@ -14,6 +14,8 @@ public struct MediaError: Error, CustomStringConvertible, Equatable {
         case unsupported = "unsupported_source"
         /// A hop of a network source led to an address the policy refuses.
         case refused = "private_address"
+        /// The source did not open within the deadline (TONEARM_RESOLVE_TIMEOUT).
+        case timedOut = "source_timeout"
     }
     public let kind: Kind
     public let message: String

@@ -10,8 +10,10 @@ extension APIError {
         return APIError(status: .internalServerError, code: "internal", message: "\(error)")
     }
 
-    /// A source that opened as a file but cannot be decoded.
+    /// A source that cannot be opened or decoded; one that did not answer in time is the
+    /// source's gateway timing out (504), not a request the caller could correct.
     static func unplayable(_ error: MediaError) -> APIError {
-        unprocessable(error.kind.rawValue, error.message)
+        guard error.kind != .timedOut else { return APIError(status: .gatewayTimeout, code: error.kind.rawValue, message: error.message) }
+        return unprocessable(error.kind.rawValue, error.message)
     }
 }

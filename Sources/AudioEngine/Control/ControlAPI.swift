@@ -17,7 +17,7 @@ struct ControlAPI: Sendable {
     let startedAt = Date()
     static let version = "0.2.0"
 
-    func addRoutes(to router: Router<some RequestContext>) {
+    func addRoutes(to router: Router<EngineRequestContext>) {
         let routes = RouteTable()
         router.add(middleware: APIErrorMiddleware(routes: routes))
         addSessionRoutes(to: router)

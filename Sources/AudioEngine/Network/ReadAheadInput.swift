@@ -96,10 +96,12 @@ final class ReadAheadInput: SourceFetchSink, @unchecked Sendable {
         return context
     }
 
-    /// Stops fetching and wakes a reader waiting for bytes (its read fails). Any thread.
-    func cancel() {
+    /// Stops fetching and wakes a reader waiting for bytes (its read fails, with `failing` when
+    /// given and nothing failed before). Any thread.
+    func cancel(failing error: MediaError? = nil) {
         condition.lock()
         let first = !closed
+        if first, failure == nil { failure = error }
         closed = true
         condition.broadcast()
         condition.unlock()

@@ -1,6 +1,7 @@
 // A network source's demuxer on a thread of its own. Opening (connecting, probing the format)
 // and every read wait for the network; here they wait on this thread, never on a worker that
-// other sessions need. The thread keeps a few packets queued ahead; the worker that decodes the
+// other sessions need. Opening has a deadline (`SourceNetwork.openTimeout`): a server that sends
+// a byte now and then cannot keep a source opening for ever. The thread keeps a few packets queued ahead; the worker that decodes the
 // session takes them without waiting (`next` answers `.pending` when none is there, and the
 // session misses that frame — counted — while every other session plays on).
 import CFFmpeg
@@ -26,6 +27,12 @@ final class SourceDemuxThread: PacketSource, @unchecked Sendable {
     private let condition = NSCondition()
     // Guarded by `condition`:
     private var opened: Result<Opened, MediaError>?
+    /// Tasks waiting for the open's outcome (`opened()`).
+    private var openWaiters: [CheckedContinuation<Result<Opened, MediaError>, Never>] = []
+    private var deadline: Scheduled<Void>?
+    /// Set when the deadline passed first: an open FFmpeg completes anyway, from the bytes it had
+    /// when its reads began to fail, still counts as timed out.
+    private var timeout: MediaError?
     private var queue = CircularBuffer<UnsafeMutablePointer<AVPacket>>(initialCapacity: 32)
     private var ended = false
     private var failure: MediaError?
@@ -39,10 +46,17 @@ final class SourceDemuxThread: PacketSource, @unchecked Sendable {
     init(url: String, network: SourceNetwork, configuration: ReadAheadInput.Configuration) {
         input = ReadAheadInput(url: url, network: network, configuration: configuration)
         nested = NestedInputs(network: network, configuration: configuration)
+        let timeout = network.openTimeout
         let thread = Thread { [self] in run() }
         thread.name = "tonearm-source"
         thread.stackSize = 1 << 20
         thread.start()
+        let scheduled = network.group.next().scheduleTask(in: timeout) { [weak self] () -> Void in
+            self?.openTimedOut(after: timeout)
+        }
+        condition.lock()
+        if opened == nil { deadline = scheduled } else { scheduled.cancel() }
+        condition.unlock()
     }
 
     /// The open's outcome, or nil while it is still under way.
@@ -52,17 +66,38 @@ final class SourceDemuxThread: PacketSource, @unchecked Sendable {
         return opened
     }
 
-    /// Waits for the open's outcome (blocks: for `/resolve`, on a thread of its own).
-    func waitUntilOpen() throws(MediaError) -> Opened {
-        condition.lock()
-        while opened == nil { condition.wait() }
-        let result = opened
-        condition.unlock()
-        switch result {
-        case .success(let opened)?: return opened
-        case .failure(let error)?: throw error
-        case nil: throw MediaError(kind: .openFailed, message: "the source did not open")
+    /// The open's outcome, once there is one (`/resolve` describing a source). A cancelled
+    /// caller closes the source, which ends the open at once.
+    func opened() async throws(MediaError) -> Opened {
+        let result = await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Result<Opened, MediaError>, Never>) in
+                condition.lock()
+                guard let opened else {
+                    openWaiters.append(continuation)
+                    condition.unlock()
+                    return
+                }
+                condition.unlock()
+                continuation.resume(returning: opened)
+            }
+        } onCancel: {
+            close()
         }
+        return try result.get()
+    }
+
+    /// The deadline passed with the source still opening: its fetches stop, and the open fails
+    /// with `source_timeout`.
+    private func openTimedOut(after timeout: TimeAmount) {
+        let seconds = timeout.nanoseconds / 1_000_000_000
+        let error = MediaError(kind: .timedOut, message: "the source did not open within \(seconds) s (TONEARM_RESOLVE_TIMEOUT)")
+        condition.lock()
+        let opening = opened == nil && !closed
+        if opening { self.timeout = error }
+        condition.unlock()
+        guard opening else { return }
+        input.cancel(failing: error)
+        nested.cancelAll()
     }
 
     /// Compressed bytes read ahead of the demuxer.
@@ -121,6 +156,13 @@ final class SourceDemuxThread: PacketSource, @unchecked Sendable {
         do {
             let opening = try MediaDemuxer(url: input.url, io: try input.open(), nested: nested)
             demuxer = opening
+            condition.lock()
+            let late = timeout
+            condition.unlock()
+            if let late {
+                publish(.failure(late))
+                return
+            }
             publish(.success(Opened(info: opening.info, stream: opening.stream)))
         } catch {
             publish(.failure(input.failedWith ?? nested.failure ?? error))
@@ -185,8 +227,13 @@ final class SourceDemuxThread: PacketSource, @unchecked Sendable {
     private func publish(_ result: Result<Opened, MediaError>) {
         condition.lock()
         opened = result
+        let waiters = openWaiters
+        openWaiters = []
+        deadline?.cancel()
+        deadline = nil
         condition.broadcast()
         condition.unlock()
+        for waiter in waiters { waiter.resume(returning: result) }
     }
 
     /// Frees the queued packets; call holding `condition`.

@@ -16,12 +16,16 @@ package final class SourceNetwork: Sendable {
     /// A connection that delivers nothing for this long while bytes are wanted is dropped and
     /// reopened where it stopped.
     let stallTimeout: TimeAmount
+    /// A source that has not opened (connected, answered, shown its format) within this long is
+    /// given up with `source_timeout` (TONEARM_RESOLVE_TIMEOUT), however slowly bytes still come.
+    let openTimeout: TimeAmount
     /// Redirects followed for one request.
     static let maxRedirects = 5
 
     package init(
         policy: NetworkPolicy, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
-        extraAuthorities: String? = nil, connectTimeout: TimeAmount = .seconds(10), stallTimeout: TimeAmount = .seconds(10)
+        extraAuthorities: String? = nil, connectTimeout: TimeAmount = .seconds(10), stallTimeout: TimeAmount = .seconds(10),
+        openTimeout: TimeAmount = .seconds(15)
     ) throws {
         self.policy = policy
         self.group = group
@@ -30,6 +34,7 @@ package final class SourceNetwork: Sendable {
         tls = try NIOSSLContext(configuration: configuration)
         self.connectTimeout = connectTimeout
         self.stallTimeout = stallTimeout
+        self.openTimeout = openTimeout
     }
 
     /// Looks `host` up under the policy on a thread of its own (DNS blocks, and a slow name

@@ -34,6 +34,9 @@ struct NextPlay: Sendable {
     var metadata: TrackMetadata?
     /// nil while a page URL is being resolved.
     var source: ResolvedSource?
+    /// Fires when this play is no longer wanted (replaced by another ask, called off, or the play
+    /// it follows ended): its page resolution stops.
+    let cancellation = CancellationSignal()
 }
 
 /// A single play on a session. Frames are produced by worker threads and consumed by the pacer.
@@ -119,6 +122,9 @@ final class Playback: @unchecked Sendable {
     /// every tick, and ThreadSanitizer cannot see the Mutex's contended futex path (it reported
     /// the locked accesses as races).
     let outbox: NIOLockedValueBox<Outbox>
+    /// Fires when the play is stopped or replaced: work done for it elsewhere (yt-dlp resolving
+    /// its page) is cancelled with it.
+    let cancellation = CancellationSignal()
 
     /// Owned by the worker holding the fill token.
     private var pipeline: Pipeline?
@@ -181,7 +187,12 @@ final class Playback: @unchecked Sendable {
     }
 
     func cancel() {
-        outbox.withLockedValue { $0.cancelled = true }
+        let next = outbox.withLockedValue { box in
+            box.cancelled = true
+            return box.next
+        }
+        cancellation.fire()
+        next?.cancellation.fire()
     }
 
     /// Closes the source of a cancelled or ended play (FFmpeg contexts, the read-ahead thread).
@@ -250,9 +261,14 @@ final class Playback: @unchecked Sendable {
         }
     }
 
-    /// Plays `next` after the current track (nil: nothing follows).
+    /// Plays `next` after the current track (nil: nothing follows); the play asked before, if
+    /// another, is no longer wanted.
     func setNext(_ next: NextPlay?) {
-        outbox.withLockedValue { $0.next = next }
+        let previous = outbox.withLockedValue { box in
+            defer { box.next = next }
+            return box.next
+        }
+        if let previous, previous.playID != next?.playID { previous.cancellation.fire() }
     }
 
     /// Hands over the source of the next play once its page is resolved.

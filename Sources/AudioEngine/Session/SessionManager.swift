@@ -102,7 +102,7 @@ package final class SessionManager: Sendable {
         }
         retire([replaced].compactMap { $0 })
         logger.info("play", metadata: ["session.id": "\(sessionID)", "play.id": "\(playback.playID)", "url": "\(url)"])
-        open(plan, for: playback, fail: playback.fail) { source in
+        open(plan, for: playback, owner: playback.cancellation, fail: playback.fail) { source in
             playback.provide(source)
             self.state.withLock { state in
                 if state.sessions[sessionID]?.playback === playback {
@@ -124,7 +124,7 @@ package final class SessionManager: Sendable {
         let plan = try resolver.plan(url)
         var ready: ResolvedSource?
         if case .ready(let source) = plan { ready = source }
-        let (playback, playID) = try state.withLock { state throws(APIError) -> (Playback, UInt64) in
+        let (playback, next) = try state.withLock { state throws(APIError) -> (Playback, NextPlay) in
             guard var session = state.sessions[sessionID] else { throw Self.unknown(sessionID) }
             guard session.machine.hasActivePlay, let playback = session.playback else {
                 throw APIError(
@@ -134,16 +134,17 @@ package final class SessionManager: Sendable {
             state.nextPlayID += 1
             if let replaced = session.nextPlayID { state.pendingEvents.append(Self.finished(sessionID, replaced, .replaced)) }
             session.nextPlayID = playID
-            playback.setNext(
-                NextPlay(
-                    playID: playID, url: url, fadeFloats: Int(2 * MediaTime.samples(ms: Int64(crossfadeMS))),
-                    metadata: ready?.metadata, source: ready))
+            let next = NextPlay(
+                playID: playID, url: url, fadeFloats: Int(2 * MediaTime.samples(ms: Int64(crossfadeMS))),
+                metadata: ready?.metadata, source: ready)
+            playback.setNext(next)
             state.sessions[sessionID] = session
-            return (playback, playID)
+            return (playback, next)
         }
+        let playID = next.playID
         logger.info(
             "next", metadata: ["session.id": "\(sessionID)", "play.id": "\(playID)", "url": "\(url)", "crossfade.ms": "\(crossfadeMS)"])
-        open(plan, for: playback, fail: { playback.failNext($0, playID: playID) }) {
+        open(plan, for: playback, owner: next.cancellation, fail: { playback.failNext($0, playID: playID) }) {
             playback.provideNext($0, playID: playID)
         }
         return NextQueued(sessionID: sessionID, playID: playID, crossfadeMS: crossfadeMS)
@@ -165,17 +166,19 @@ package final class SessionManager: Sendable {
 
     /// Hands a playback's source to an opener: at once for a file or a direct URL; a page is
     /// resolved by yt-dlp in the background first, and `provide` (or `fail`) gets the result.
+    /// The resolution is called off when `owner` fires (the play it serves was stopped or replaced).
     private func open(
-        _ plan: SourceResolver.Plan, for playback: Playback, fail: @escaping @Sendable (any Error) -> Void,
-        provide: @escaping @Sendable (ResolvedSource) -> Void
+        _ plan: SourceResolver.Plan, for playback: Playback, owner: CancellationSignal,
+        fail: @escaping @Sendable (any Error) -> Void, provide: @escaping @Sendable (ResolvedSource) -> Void
     ) {
         guard case .page(let page) = plan else {
             schedule([playback], on: openers)
             return
         }
-        background.spawn { [resolver] in
+        let session = playback.sessionID.description
+        background.spawn(owner: owner) { [resolver] in
             do {
-                provide(try await resolver.resolvePage(page))
+                provide(try await resolver.resolvePage(page, owner: session))
                 self.schedule([playback], on: self.openers)
             } catch {
                 fail(error)
@@ -226,9 +229,9 @@ package final class SessionManager: Sendable {
             // A long pause outlived the signed stream URL: resolve the page again and carry on
             // from the same position.
             logger.info("stream URL expired; resolving again", metadata: ["session.id": "\(sessionID)"])
-            background.spawn { [resolver] in
+            background.spawn(owner: playback.cancellation) { [resolver] in
                 do {
-                    playback.reopen(with: try await resolver.resolvePage(page), atMS: position)
+                    playback.reopen(with: try await resolver.resolvePage(page, owner: sessionID.description), atMS: position)
                     self.schedule([playback], on: self.openers)
                 } catch {
                     playback.fail(error)

@@ -1,28 +1,38 @@
 // A limit on work that costs a process or a thread each (yt-dlp runs, sources opened to describe
-// them): at most `limit` at once, at most `queueLimit` more waiting, each for at most `maxWait`.
-// Beyond that the caller is told to come back later (503 with Retry-After) instead of the engine
-// starting processes and threads without bound for whoever asks.
+// them): at most `limit` at once, at most one per owner (a session) at a time, at most
+// `queueLimit` more waiting, each for at most `maxWait`. Beyond that the caller is told to come
+// back later (503 with Retry-After) instead of the engine starting processes and threads without
+// bound for whoever asks, or one session taking every place.
 import HTTPTypes
 import ServiceSupport
 
-/// Admits at most `limit` holders at a time; a bounded, time-limited queue for the rest.
+/// Admits at most `limit` holders at a time, one per owner; a bounded, time-limited queue for the rest.
 package actor ConcurrencyGate {
     package struct Limits: Sendable {
         package var limit: Int
         package var queueLimit: Int
         package var maxWait: Duration
-        package init(limit: Int = 4, queueLimit: Int = 16, maxWait: Duration = .seconds(20)) {
+        package init(limit: Int = 4, queueLimit: Int = 16, maxWait: Duration = .seconds(5)) {
             self.limit = limit
             self.queueLimit = queueLimit
             self.maxWait = maxWait
         }
     }
 
+    private struct Waiter {
+        let id: UInt64
+        let owner: String?
+        /// Set once its task has parked.
+        var continuation: CheckedContinuation<Bool, Never>?
+    }
+
     let limits: Limits
     private let what: String
     private var running = 0
-    /// In arrival order; a waiter's continuation is set once its task has parked.
-    private var waiters: [(id: UInt64, continuation: CheckedContinuation<Bool, Never>?)] = []
+    /// Owners holding a place now.
+    private var holders: Set<String> = []
+    /// In arrival order.
+    private var waiters: [Waiter] = []
     /// Waiters settled before they parked, with the outcome they will find.
     private var decided: [UInt64: Bool] = [:]
     private var nextID: UInt64 = 0
@@ -34,30 +44,31 @@ package actor ConcurrencyGate {
     }
 
     /// Runs `work` once admitted; throws 503 `resolver_busy` when the queue is full or the wait
-    /// runs out.
-    func run<T: Sendable>(_ work: @Sendable () async throws -> T) async throws -> T {
-        try await acquire()
+    /// runs out. Work of an `owner` that holds a place already waits for it to end.
+    func run<T: Sendable>(owner: String? = nil, _ work: @Sendable () async throws -> T) async throws -> T {
+        try await acquire(owner: owner)
         do {
             let result = try await work()
-            release()
+            release(owner: owner)
             return result
         } catch {
-            release()
+            release(owner: owner)
             throw error
         }
     }
 
-    /// Waits for a place; every successful `acquire` needs one `release`. The wait is a pair of
-    /// child tasks of the caller (the waiter and its timer), so a cancelled caller stops waiting.
-    func acquire() async throws(APIError) {
-        if running < limits.limit {
-            running += 1
+    /// Waits for a place; every successful `acquire` needs one `release` with the same owner. The
+    /// wait is a pair of child tasks of the caller (the waiter and its timer), so a cancelled
+    /// caller stops waiting.
+    func acquire(owner: String? = nil) async throws(APIError) {
+        if running < limits.limit && owner.map({ !holders.contains($0) }) ?? true {
+            admit(owner)
             return
         }
         guard waiters.count < limits.queueLimit else { throw busy() }
         let id = nextID
         nextID += 1
-        waiters.append((id, nil))
+        waiters.append(Waiter(id: id, owner: owner))
         let wait = limits.maxWait
         let admitted = await withTaskGroup(of: Bool?.self) { group in
             group.addTask { await self.park(id) }
@@ -78,13 +89,19 @@ package actor ConcurrencyGate {
         guard admitted else { throw busy() }
     }
 
-    /// Hands the place to the longest waiter, or frees it.
-    func release() {
-        if let first = waiters.first {
-            decide(first.id, admitted: true)
-        } else {
-            running -= 1
+    /// Gives the place back and hands the free places to the longest waiters that may take them.
+    func release(owner: String? = nil) {
+        running -= 1
+        if let owner { holders.remove(owner) }
+        for waiter in waiters where running < limits.limit && waiter.owner.map({ !holders.contains($0) }) ?? true {
+            admit(waiter.owner)
+            decide(waiter.id, admitted: true)
         }
+    }
+
+    private func admit(_ owner: String?) {
+        running += 1
+        if let owner { holders.insert(owner) }
     }
 
     /// Settles waiter `id` once (admitted by a release, or not by its timer); later calls do nothing.
@@ -113,7 +130,7 @@ package actor ConcurrencyGate {
     private func busy() -> APIError {
         APIError(
             status: .serviceUnavailable, code: "resolver_busy",
-            message: "\(limits.limit) \(what) are running and \(waiters.count) waiting; try again in a few seconds",
+            message: "\(running) \(what) are running and \(waiters.count) waiting; try again in a few seconds",
             retryAfterSeconds: 5)
     }
 

@@ -1,5 +1,7 @@
 // Decides what a play's `url` is and how to open it: a media-directory file, a direct http(s)
-// media URL (read ahead, reconnecting), or a page that yt-dlp turns into a stream URL.
+// media URL (read ahead, reconnecting), or a page that yt-dlp turns into a stream URL. Describes
+// a URL for `/resolve` too: a file at once, a network source through a gate of its own and a
+// page through yt-dlp's, each at most one per session at a time and within the deadline.
 import EngineAPI
 import Foundation
 import ServiceSupport
@@ -11,14 +13,21 @@ package struct SourceResolver: Sendable {
     /// How network sources are fetched, and the policy they are fetched under.
     let network: SourceNetwork
     let ytdlp: YTDLP
+    /// Network sources opened to describe them: a thread and a connection each, much cheaper
+    /// than a yt-dlp process, so more at once, and never behind yt-dlp's queue.
+    let opens: ConcurrencyGate
     let cache = ResolutionCache()
 
     var policy: NetworkPolicy { network.policy }
 
-    package init(library: MediaLibrary, network: SourceNetwork, ytdlp: YTDLP) {
+    package init(
+        library: MediaLibrary, network: SourceNetwork, ytdlp: YTDLP,
+        openLimits: ConcurrencyGate.Limits = .init(limit: 16, queueLimit: 32)
+    ) {
         self.library = library
         self.network = network
         self.ytdlp = ytdlp
+        opens = ConcurrencyGate("sources being opened to describe them", limits: openLimits)
     }
 
     /// How a source will be resolved, decided without waiting on anything slow.
@@ -52,15 +61,62 @@ package struct SourceResolver: Sendable {
         return .page(trimmed)
     }
 
-    /// Resolves a page URL through yt-dlp (cached until the stream URL expires). The page's host
-    /// is looked up under the policy first: yt-dlp fetches it itself.
-    func resolvePage(_ url: String) async throws(APIError) -> ResolvedSource {
+    /// What `url` holds (`GET /resolve`), for `owner` (a session): a media-directory file
+    /// describes itself at once, never waiting for a place; direct media is opened far enough to
+    /// say; pages (and playlists) go through yt-dlp.
+    func describe(_ url: String, owner: String?) async throws(APIError) -> Resolution {
+        let source: ResolvedSource
+        switch try plan(url) {
+        case .page(let page):
+            try await checkPage(page)
+            return try await ytdlp.resolve(page, owner: owner)
+        case .ready(let ready):
+            source = ready
+        }
+        let info: MediaInfo
+        do {
+            if source.isNetwork {
+                info = try await opens.run(owner: owner) { [network] in try await Self.open(source, network: network) }
+            } else {
+                info = try await Self.offloaded { try MediaDemuxer(path: source.location).info }
+            }
+        } catch let error as APIError {
+            throw error
+        } catch let error as MediaError {
+            throw .unplayable(error)
+        } catch {
+            throw .cancelled
+        }
+        return Resolution(
+            url: url, title: info.title ?? source.displayName, durationMS: info.durationMS, isLive: info.durationMS == nil)
+    }
+
+    /// Opens a network source far enough to say what it holds, within the open deadline; a
+    /// cancelled caller closes it at once.
+    private static func open(_ source: ResolvedSource, network: SourceNetwork) async throws(MediaError) -> MediaInfo {
+        var settings = ReadAheadInput.Configuration()
+        settings.headers = source.headers
+        let thread = SourceDemuxThread(url: source.location, network: network, configuration: settings)
+        defer { thread.close() }
+        return try await thread.opened().info
+    }
+
+    /// Runs blocking work (FFmpeg opening a file) off Swift's cooperative pool.
+    private static func offloaded<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            Thread.detachNewThread { continuation.resume(with: Result { try work() }) }
+        }
+    }
+
+    /// Resolves a page URL through yt-dlp for `owner` (cached until the stream URL expires). The
+    /// page's host is looked up under the policy first: yt-dlp fetches it itself.
+    func resolvePage(_ url: String, owner: String?) async throws(APIError) -> ResolvedSource {
         let stream: YTDLP.Stream
         if let cached = cache.get(url) {
             stream = cached
         } else {
             try await checkPage(url)
-            stream = try await ytdlp.stream(url)
+            stream = try await ytdlp.stream(url, owner: owner)
             cache.put(url, stream)
         }
         if let host = URLComponents(string: stream.url)?.host { try policy.checkLiteral(host: host) }

@@ -1,5 +1,6 @@
 // yt-dlp as a subprocess: page URL → stream URL, its HTTP headers and metadata; playlists; search.
-// Runs asynchronously (never on the encoding workers) with a time limit.
+// Runs asynchronously (never on the encoding workers), at most one at a time per session, within
+// a deadline (TONEARM_RESOLVE_TIMEOUT), and is killed when the task that waits for it is cancelled.
 import EngineAPI
 import Foundation
 import HTTPTypes
@@ -7,11 +8,11 @@ import HTTPTypes
 /// Calls the yt-dlp executable.
 package struct YTDLP: Sendable {
     var executable = "yt-dlp"
-    var timeout: Duration = .seconds(30)
-    /// At most this many yt-dlp processes at once; a bounded queue waits for a place.
+    var timeout: Duration = .seconds(15)
+    /// At most this many yt-dlp processes at once, one per session; a bounded queue waits for a place.
     let gate: ConcurrencyGate
 
-    package init(executable: String = "yt-dlp", timeout: Duration = .seconds(30), limits: ConcurrencyGate.Limits = .init()) {
+    package init(executable: String = "yt-dlp", timeout: Duration = .seconds(15), limits: ConcurrencyGate.Limits = .init()) {
         self.executable = executable
         self.timeout = timeout
         gate = ConcurrencyGate("yt-dlp runs", limits: limits)
@@ -25,9 +26,9 @@ package struct YTDLP: Sendable {
         var expiresAt: Date?
     }
 
-    /// The best audio stream of `url`.
-    func stream(_ url: String) async throws(APIError) -> Stream {
-        let json = try await run(["--dump-single-json", "--no-playlist", "--format", "bestaudio/best", url])
+    /// The best audio stream of `url`, resolved for `owner` (a session).
+    func stream(_ url: String, owner: String?) async throws(APIError) -> Stream {
+        let json = try await run(["--dump-single-json", "--no-playlist", "--format", "bestaudio/best", url], owner: owner)
         guard let streamURL = json["url"] as? String else {
             throw .unprocessable("no_stream", "yt-dlp found no playable stream at \(url)")
         }
@@ -38,14 +39,14 @@ package struct YTDLP: Sendable {
     }
 
     /// Metadata of `url`, with playlist entries (not resolved to streams).
-    func resolve(_ url: String) async throws(APIError) -> Resolution {
-        let json = try await run(["--dump-single-json", "--flat-playlist", url])
+    func resolve(_ url: String, owner: String?) async throws(APIError) -> Resolution {
+        let json = try await run(["--dump-single-json", "--flat-playlist", url], owner: owner)
         return Self.resolution(json, url: url)
     }
 
     /// Search results for `query` (`ytsearchN:` by default).
-    func search(_ query: String, limit: Int, prefix: String) async throws(APIError) -> [TrackMetadata] {
-        let json = try await run(["--dump-single-json", "--flat-playlist", "\(prefix)\(limit):\(query)"])
+    func search(_ query: String, limit: Int, prefix: String, owner: String?) async throws(APIError) -> [TrackMetadata] {
+        let json = try await run(["--dump-single-json", "--flat-playlist", "\(prefix)\(limit):\(query)"], owner: owner)
         return Self.resolution(json, url: query).entries
     }
 
@@ -88,16 +89,22 @@ package struct YTDLP: Sendable {
         return Date(timeIntervalSince1970: seconds)
     }
 
-    private func run(_ arguments: [String]) async throws(APIError) -> [String: Any] {
+    private func run(_ arguments: [String], owner: String?) async throws(APIError) -> [String: Any] {
         let output: ProcessOutput
         do {
-            output = try await gate.run { [executable, timeout] in
+            output = try await gate.run(owner: owner) { [executable, timeout] in
                 try await ProcessOutput.run(
                     executable, arguments: ["--no-warnings", "--no-progress", "--ignore-config"] + arguments,
                     timeout: timeout)
             }
         } catch let error as APIError {
             throw error
+        } catch is ProcessOutput.Timeout {
+            throw APIError(
+                status: .gatewayTimeout, code: "source_timeout",
+                message: "yt-dlp did not finish within \(timeout.components.seconds) s (TONEARM_RESOLVE_TIMEOUT); the page did not answer in time")
+        } catch is CancellationError {
+            throw .cancelled
         } catch {
             throw .init(
                 status: .serviceUnavailable, code: "resolver_unavailable",

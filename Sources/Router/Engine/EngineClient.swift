@@ -29,8 +29,10 @@ protocol EngineControl: Sendable {
     /// Asks for `url` to follow the session's play (gapless, or over a crossfade); answers the
     /// next play's id. nil `url` calls off the one asked before.
     func next(_ id: SessionID, url: String?, crossfadeMS: Int) async throws(APIError) -> UInt64?
-    /// Title, duration and playlist entries of a URL (422 when it cannot be played).
-    func resolve(_ url: String) async throws(APIError) -> Resolution
+    /// Title, duration and playlist entries of a URL (422 when it cannot be played), resolved for
+    /// session `owner` (which the engine lets hold one place for resolving at a time). A
+    /// cancelled caller ends the request, and the engine calls the resolution off.
+    func resolve(_ url: String, owner: SessionID?) async throws(APIError) -> Resolution
     /// The plays the engine is running now: session → play id.
     func activePlays() async throws -> [SessionID: UInt64]
 }
@@ -75,13 +77,14 @@ struct EngineClient: EngineControl {
         return try Self.decode(NextQueued.self, try await send(.POST, "/session/\(Self.segment(id))/next", body: body)).playID
     }
 
-    func resolve(_ url: String) async throws(APIError) -> Resolution {
-        try Self.decode(Resolution.self, try await send(.GET, "/resolve?url=\(Self.query(url))", body: nil, timeout: .seconds(60)))
+    func resolve(_ url: String, owner: SessionID?) async throws(APIError) -> Resolution {
+        let path = "/resolve?url=\(Self.query(url))" + Self.ownerQuery(owner)
+        return try Self.decode(Resolution.self, try await send(.GET, path, body: nil, timeout: .seconds(60)))
     }
 
-    /// The engine's `/search` answer, passed on as it is.
-    func search(_ query: String, limit: Int?) async throws(APIError) -> EngineReply {
-        var path = "/search?q=\(Self.query(query))"
+    /// The engine's `/search` answer, passed on as it is; for a browser, its session is the owner.
+    func search(_ query: String, limit: Int?, owner: SessionID?) async throws(APIError) -> EngineReply {
+        var path = "/search?q=\(Self.query(query))" + Self.ownerQuery(owner)
         if let limit { path += "&limit=\(limit)" }
         let reply = try await send(.GET, path, body: nil, timeout: .seconds(60))
         _ = try Self.decode(Ignored.self, reply)
@@ -123,6 +126,7 @@ struct EngineClient: EngineControl {
                 status: Int(response.status.code), body: bytes,
                 retryAfterSeconds: response.headers.first(name: "Retry-After").flatMap { Int($0) })
         } catch {
+            if Task.isCancelled { throw .cancelled }
             throw Self.unavailable(baseURL)
         }
     }
@@ -148,6 +152,11 @@ struct EngineClient: EngineControl {
     static func segment(_ id: SessionID) -> String {
         let unreserved = CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
         return id.description.addingPercentEncoding(withAllowedCharacters: unreserved) ?? id.description
+    }
+
+    /// `&session=` naming who a lookup is for, or nothing for the operator's own (the bot token).
+    private static func ownerQuery(_ owner: SessionID?) -> String {
+        owner.map { "&session=\(query($0.description))" } ?? ""
     }
 
     private static func query(_ value: String) -> String {

@@ -53,23 +53,27 @@ struct RouterApplication {
             try access.requireBot(request)
             return SessionListing(sessions: await directory.listing())
         }
-        router.get("/api/search") { request, _ -> Response in
-            _ = try access.anyone(request)
+        router.get("/api/search") { request, context -> Response in
+            let owner = try access.anyone(request)
             guard let query = request.uri.queryParameters["q"].map(String.init), !query.isEmpty else {
                 throw APIError.badRequest("missing_query", "give the search words as ?q=")
             }
             let limit = request.uri.queryParameters["limit"].flatMap { Int(String($0)) }
             try link.requireConnected(engine)
-            let reply = try await engine.search(query, limit: limit)
+            let reply = try await untilClientLeaves(context.channel) { () async throws(APIError) in
+                try await engine.search(query, limit: limit, owner: owner)
+            }
             return Response.json(status: .ok, reply.body.readableBytesView)
         }
-        router.get("/api/resolve") { request, _ -> Resolution in
-            _ = try access.anyone(request)
+        router.get("/api/resolve") { request, context -> Resolution in
+            let owner = try access.anyone(request)
             guard let url = request.uri.queryParameters["url"].map(String.init), !url.isEmpty else {
                 throw APIError.badRequest("missing_url", "give the URL to resolve as ?url=")
             }
             try link.requireConnected(engine)
-            return try await engine.resolve(url)
+            return try await untilClientLeaves(context.channel) { () async throws(APIError) in
+                try await engine.resolve(url, owner: owner)
+            }
         }
         let clients = ClientConnections(store: store, directory: directory, access: access, link: link, engine: engine)
         clients.addRoutes(to: router)
@@ -125,8 +129,14 @@ struct RouterApplication {
     private func perform(_ command: SessionCommand, on id: SessionID) async throws -> Response {
         try link.requireConnected(engine)
         let state = try await directory.using(id) { try await $0.perform(command) }
-        // A play is accepted: its audio follows once the engine has opened the source.
-        let status: HTTPResponse.Status = if case .play = command { .accepted } else { .ok }
+        // A play is accepted: its audio follows once the engine has opened the source. So is a
+        // queued URL still resolving.
+        let status: HTTPResponse.Status =
+            switch command {
+            case .play: .accepted
+            case .enqueue(let url) where state.resolving.contains(PendingTrack(url: url, command: "queue")): .accepted
+            default: .ok
+            }
         return Response.json(status: status, Data(state.json().utf8))
     }
 

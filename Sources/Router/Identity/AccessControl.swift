@@ -33,17 +33,20 @@ struct AccessControl: Sendable {
         return Self.constantTimeEqual(token, botToken)
     }
 
-    /// Any valid token (a browser's or the bot token), for calls that belong to no session.
-    func anyone(_ request: Request) throws(APIError) {
+    /// Any valid token (a browser's or the bot token), for calls that belong to no session;
+    /// answers a browser token's own session (nil for the bot).
+    @discardableResult
+    func anyone(_ request: Request) throws(APIError) -> SessionID? {
         guard let token = Self.token(in: request) else {
             throw APIError(
                 status: .unauthorized, code: "unauthorized",
                 message: "a token is required: get one from POST /api/identity and send it as ?token= or Authorization: Bearer")
         }
-        if let botToken, Self.constantTimeEqual(token, botToken) { return }
-        guard tokens.verify(token) != nil else {
+        if let botToken, Self.constantTimeEqual(token, botToken) { return nil }
+        guard let session = tokens.verify(token) else {
             throw APIError(status: .unauthorized, code: "unauthorized", message: "the token is not valid")
         }
+        return session
     }
 
     /// A bot connection: the bot token is required, whatever the session.

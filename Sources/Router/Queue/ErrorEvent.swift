@@ -7,9 +7,11 @@ struct ErrorEvent: Encodable {
     var sessionID: String
     var code: String
     var message: String
+    /// The URL it is about, when a track resolved after its command was answered failed.
+    var url: String? = nil
 
     enum CodingKeys: String, CodingKey {
-        case type, code, message
+        case type, code, message, url
         case sessionID = "session_id"
     }
 

@@ -5,7 +5,12 @@
 // Races are settled by two counters. The queue's generation names the play the engine should be
 // doing; an event of any other play is stale and dropped. The controller's `intent` counts the
 // user's commands that choose what plays; a play whose URL was still resolving when a newer such
-// command arrived is dropped, so the last click wins whatever order the resolves finish in.
+// command arrived is called off, so the last click wins whatever order the resolves finish in.
+//
+// A `play` or `queue` never holds its caller longer than `quickAnswer`: its URL is resolved by a
+// job of its own (a `Lookup`, one at a time per session), and a caller still waiting then is
+// answered with the URL under `resolving`; the outcome reaches every client as a `state`, or as
+// an `error` event naming the URL.
 import EngineAPI
 import Foundation
 import HTTPTypes
@@ -41,6 +46,30 @@ actor SessionController {
     private var nextsInFlight = 0
     /// The last time a play was in progress or the state changed (for releasing stale sessions).
     private(set) var lastActive = ContinuousClock.now
+    /// A `play` or `queue` command's URL on its way through the engine's `/resolve`.
+    private struct Lookup: Sendable {
+        let number: UInt64
+        let url: String
+        let isPlay: Bool
+        /// The `intent` when the command came.
+        let ticket: UInt64
+        /// What the command's caller waits for, briefly.
+        let outcome = Eventual<Result<Void, APIError>>()
+        /// Fires when the lookup is called off: the engine's resolution ends with the request.
+        let cancellation = CancellationSignal()
+    }
+    /// Waiting lookups, oldest first except that plays go before queued tracks; the first runs
+    /// when `running` names it. One at a time: the engine lets a session hold one place for
+    /// resolving, and the queue then grows in the order the commands came.
+    private var lookups: [Lookup] = []
+    private var running: UInt64?
+    private var lookupsMade: UInt64 = 0
+    /// Lookups whose caller was answered before they ended: their end is told to every client.
+    private var answeredEarly: Set<UInt64> = []
+    /// The longest a `play` or `queue` waits for its URL before answering with it under `resolving`.
+    private let quickAnswer: Duration
+    /// The most lookups a session may have waiting.
+    static let maxLookups = 32
     private let engine: any EngineControl
     private let sink: SessionSink
     private let shuffleSeed: @Sendable () -> UInt64
@@ -49,8 +78,10 @@ actor SessionController {
 
     init(
         id: SessionID, snapshot: SessionSnapshot = SessionSnapshot(), engine: any EngineControl, sink: SessionSink,
-        shuffleSeed: @escaping @Sendable () -> UInt64 = { UInt64.random(in: .min ... .max) }
+        shuffleSeed: @escaping @Sendable () -> UInt64 = { UInt64.random(in: .min ... .max) },
+        quickAnswer: Duration = .milliseconds(800)
     ) {
+        self.quickAnswer = quickAnswer
         self.id = id
         self.snapshot = snapshot
         self.engine = engine
@@ -62,7 +93,8 @@ actor SessionController {
     /// The engine play this session believes is in progress.
     var activePlayID: UInt64? { snapshot.queue.status == .idle ? nil : snapshot.playID }
 
-    var isIdle: Bool { snapshot.queue.status == .idle }
+    /// Nothing plays and nothing is being resolved.
+    var isIdle: Bool { snapshot.queue.status == .idle && lookups.isEmpty }
 
     var state: SessionView {
         let queue = snapshot.queue
@@ -71,7 +103,8 @@ actor SessionController {
             nowPlaying: queue.currentTrack, queue: queue.tracks, positionMS: position,
             durationMS: queue.currentTrack?.durationMS, volume: snapshot.volume, filters: snapshot.filters,
             normalize: snapshot.normalize, crossfadeMS: snapshot.crossfadeMS,
-            paused: queue.status == .paused, loop: queue.loop)
+            paused: queue.status == .paused, loop: queue.loop,
+            resolving: lookups.map { PendingTrack(url: $0.url, command: $0.isPlay ? "play" : "queue") })
     }
 
     /// Runs `join` on the controller with the current state, so no state change falls between
@@ -111,41 +144,27 @@ actor SessionController {
         lastActive = .now
         switch command {
         case .play(let url):
-            intent += 1
-            let ticket = intent
-            let tracks = try await engine.resolve(url).tracks
-            guard ticket == intent else {
-                throw APIError(
-                    status: .conflict, code: "superseded",
-                    message: "another command changed what plays while \(url) was being resolved; it was not played")
-            }
-            let room = try roomInQueue(url)
-            try await apply(.playNow(tracks[0]))
-            if tracks.count > 1 && room > 1 {
-                try await apply(.enqueue(Array(tracks.dropFirst().prefix(room - 1)), autoplay: false))
-            }
+            try await resolve(url, isPlay: true, ticket: newIntent())
         case .enqueue(let url):
-            let ticket = intent
-            let tracks = try await engine.resolve(url).tracks
-            let room = try roomInQueue(url)
-            try await apply(.enqueue(Array(tracks.prefix(room)), autoplay: ticket == intent))
+            try await resolve(url, isPlay: false, ticket: intent)
         case .remove(let index):
-            if index == snapshot.queue.current { intent += 1 }
+            if index == snapshot.queue.current { newIntent() }
             try await apply(.remove(index: index))
         case .clear:
-            intent += 1
+            newIntent()
+            callOff { _ in true }
             try await apply(.clear)
         case .jump(let index):
-            intent += 1
+            newIntent()
             try await apply(.jump(index: index))
         case .next:
-            intent += 1
+            newIntent()
             try await apply(.next)
         case .previous:
-            intent += 1
+            newIntent()
             try await apply(.previous(positionMS: position))
         case .stop:
-            intent += 1
+            newIntent()
             try await apply(.stop)
         case .pause:
             try await apply(.pause)
@@ -196,6 +215,121 @@ actor SessionController {
         }
         await askForNext()
         return state
+    }
+
+    // MARK: URLs resolving in the background
+
+    /// A command that chooses what plays: plays still resolving are called off (their place at
+    /// the engine freed), since they would be dropped when they came back.
+    @discardableResult
+    private func newIntent() -> UInt64 {
+        intent += 1
+        callOff { $0.isPlay }
+        return intent
+    }
+
+    /// Resolves `url` for a `play` or `queue` command, then carries the command out; answers
+    /// after at most `quickAnswer`, with the URL under `resolving` if it is not done by then.
+    private func resolve(_ url: String, isPlay: Bool, ticket: UInt64) async throws(APIError) {
+        guard lookups.count < Self.maxLookups else {
+            throw APIError(
+                status: .tooManyRequests, code: "too_many_pending",
+                message: "\(lookups.count) URLs of this session are still being resolved, the most it may have; "
+                    + "wait for them before adding \(url)", retryAfterSeconds: 5)
+        }
+        lookupsMade += 1
+        let lookup = Lookup(number: lookupsMade, url: url, isPlay: isPlay, ticket: ticket)
+        // A play goes before the queued tracks still waiting (not before the one resolving now).
+        let first = running == nil ? 0 : 1
+        if isPlay, let index = lookups.indices.dropFirst(first).first(where: { !lookups[$0].isPlay }) {
+            lookups.insert(lookup, at: index)
+        } else {
+            lookups.append(lookup)
+        }
+        startNextLookup()
+        let result = await lookup.outcome.value(within: quickAnswer) ?? lookup.outcome.value
+        guard let result else {
+            // Still resolving: the caller has its answer; the end goes to every client.
+            answeredEarly.insert(lookup.number)
+            changed()
+            return
+        }
+        try result.get()
+    }
+
+    /// Starts resolving the first waiting lookup, unless one is being resolved.
+    private func startNextLookup() {
+        guard running == nil, let next = lookups.first else { return }
+        running = next.number
+        sink.spawn(next.cancellation) { [engine, id] in
+            let resolution: Result<Resolution, APIError>
+            do throws(APIError) {
+                resolution = .success(try await engine.resolve(next.url, owner: id))
+            } catch {
+                resolution = .failure(error)
+            }
+            await self.resolved(next.number, resolution)
+        }
+    }
+
+    /// The engine answered lookup `number`: its command is carried out (or refused), and the next
+    /// lookup starts.
+    private func resolved(_ number: UInt64, _ resolution: Result<Resolution, APIError>) async {
+        // Called off meanwhile: its outcome is decided already.
+        guard running == number, let index = lookups.firstIndex(where: { $0.number == number }) else { return }
+        let lookup = lookups.remove(at: index)
+        running = nil
+        startNextLookup()
+        let outcome: Result<Void, APIError>
+        do throws(APIError) {
+            try await carryOut(lookup, resolution.get().tracks)
+            outcome = .success(())
+        } catch {
+            outcome = .failure(error)
+        }
+        lookup.outcome.set(outcome)
+        if answeredEarly.remove(number) != nil, case .failure(let error) = outcome {
+            sink.broadcast(id, ErrorEvent(sessionID: id.description, code: error.code, message: error.message, url: lookup.url).json())
+            changed()
+        }
+        await askForNext()
+    }
+
+    /// A resolved `play` or `queue` command, carried out.
+    private func carryOut(_ lookup: Lookup, _ tracks: [Track]) async throws(APIError) {
+        let room = try roomInQueue(lookup.url)
+        guard lookup.isPlay else {
+            try await apply(.enqueue(Array(tracks.prefix(room)), autoplay: lookup.ticket == intent))
+            return
+        }
+        guard lookup.ticket == intent, let first = tracks.first else { throw Self.superseded(lookup.url) }
+        try await apply(.playNow(first))
+        if tracks.count > 1 && room > 1 {
+            try await apply(.enqueue(Array(tracks.dropFirst().prefix(room - 1)), autoplay: false))
+        }
+    }
+
+    /// Calls off the lookups `which` picks: their resolution is cancelled (the engine frees its
+    /// place at once) and a caller still waiting is told `superseded`.
+    private func callOff(_ which: (Lookup) -> Bool) {
+        let gone = lookups.filter(which)
+        guard !gone.isEmpty else { return }
+        lookups.removeAll(where: which)
+        var told = false
+        for lookup in gone {
+            lookup.outcome.set(.failure(Self.superseded(lookup.url)))
+            lookup.cancellation.fire()
+            if running == lookup.number { running = nil }
+            if answeredEarly.remove(lookup.number) != nil { told = true }
+        }
+        startNextLookup()
+        if told { changed() }
+    }
+
+    private static func superseded(_ url: String) -> APIError {
+        APIError(
+            status: .conflict, code: "superseded",
+            message: "another command changed what plays while \(url) was being resolved; it was not played")
     }
 
     // MARK: The next track, opened ahead

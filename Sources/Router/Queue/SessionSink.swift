@@ -1,10 +1,18 @@
-// The controller's two outlets, given by the session directory (and by tests, which record them).
+// The controller's outlets, given by the session directory (and by tests, which record them).
+import ServiceSupport
 import WireProtocol
 
-/// Where a controller's changes go: clients hear the new state, the database keeps it.
+/// Where a controller's changes go: clients hear the new state, the database keeps it; and where
+/// the work it does not wait for runs.
 struct SessionSink: Sendable {
     /// A JSON text message for every client of the session.
     var broadcast: @Sendable (SessionID, String) -> Void
     /// The snapshot to persist (coalesced and written off the audio path).
     var persist: @Sendable (SessionID, SessionSnapshot) -> Void
+    /// Runs a job the controller does not wait for (a track resolving after its command was
+    /// answered), cancelled when its owner fires; the Router's `BackgroundTasks` (a child task
+    /// of that service), a plain task in unit tests.
+    var spawn: @Sendable (CancellationSignal, @escaping @Sendable () async -> Void) -> Void = { owner, job in
+        Task { try? await owner.run(job) }
+    }
 }

@@ -23,11 +23,14 @@ struct SessionView: Sendable, Equatable, Codable {
     var crossfadeMS: Int
     var paused: Bool
     var loop: LoopMode
+    /// `play` and `queue` commands whose URL is still being resolved, oldest first: each becomes
+    /// a track (a `state`) or an `error` event naming its URL.
+    var resolving: [PendingTrack] = []
     /// Connected clients, in the operator's listing (`GET /api/sessions`) only.
     var clients: Int?
 
     enum CodingKeys: String, CodingKey {
-        case type, status, current, queue, volume, filters, normalize, paused, loop, clients
+        case type, status, current, queue, volume, filters, normalize, paused, loop, clients, resolving
         case sessionID = "session_id"
         case nowPlaying = "now_playing"
         case positionMS = "position_ms"
@@ -36,4 +39,11 @@ struct SessionView: Sendable, Equatable, Codable {
     }
 
     func json() -> String { JSONCoding.text(self) }
+}
+
+/// A command's URL being resolved in the background.
+struct PendingTrack: Sendable, Equatable, Codable {
+    var url: String
+    /// `play` or `queue`.
+    var command: String
 }

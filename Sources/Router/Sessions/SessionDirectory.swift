@@ -13,6 +13,8 @@ actor SessionDirectory {
     private let engine: any EngineControl
     private let database: SessionDatabase?
     private let writer: PersistenceWriter?
+    /// Where controllers' background work runs (nil: plain tasks, in unit tests).
+    private let background: BackgroundTasks?
     private let logger: Logger
     private(set) var released: UInt64 = 0
     /// Sessions in use by a command or a joining client (`using`): never released meanwhile.
@@ -29,8 +31,9 @@ actor SessionDirectory {
 
     init(
         store: SessionStore, engine: any EngineControl, database: SessionDatabase?, writer: PersistenceWriter?,
-        logger: Logger, browserPlays: Int? = nil, normalizeByDefault: Bool = true
+        background: BackgroundTasks? = nil, logger: Logger, browserPlays: Int? = nil, normalizeByDefault: Bool = true
     ) {
+        self.background = background
         self.browserPlays = browserPlays
         self.normalizeByDefault = normalizeByDefault
         self.store = store
@@ -41,9 +44,11 @@ actor SessionDirectory {
     }
 
     private var sink: SessionSink {
-        SessionSink(
+        var sink = SessionSink(
             broadcast: { [store] id, json in store.broadcast(id, json) },
             persist: { [writer] id, snapshot in writer?.save(id, snapshot) })
+        if let background { sink.spawn = { owner, job in background.spawn(owner: owner, job) } }
+        return sink
     }
 
     /// The controller of `id`, loaded from the database or new.

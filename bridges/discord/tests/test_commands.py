@@ -22,6 +22,22 @@ def test_clock_and_links():
     assert not looks_like_a_link("never gonna give")
 
 
+def test_a_link_still_being_looked_up_is_said_so():
+    class Link:
+        async def command(self, op, **arguments):
+            return {"type": "state", "queue": [], "status": "idle",
+                    "resolving": [{"url": arguments["url"], "command": op}]}
+
+    async def scenario():
+        commands = Commands(Link(), None, "http://unused", "token")
+        assert await commands.play("https://example.com/slow.mp3", now=True) == (
+            "Looking up **https://example.com/slow.mp3**… it plays as soon as it is found.")
+        assert await commands.play("https://example.com/slow.mp3") == (
+            "Looking up **https://example.com/slow.mp3**… it joins the queue as soon as it is found.")
+
+    asyncio.run(scenario())
+
+
 def test_every_command_against_the_router(cluster):
     async def scenario():
         player = GuildPlayer("223344556677889900", cluster.url, cluster.token)

@@ -113,6 +113,10 @@ class Commands:
                 raise
             # Say what the words found, so the user knows what was refused.
             raise TonearmError(error.code, f"found **{name}**, but {error.message}") from None
+        if any(entry.get("url") == url for entry in state.get("resolving") or []):
+            # A slow link is answered at once and looked up in the background: the guild's state
+            # shows it when found; a failure is an `error` event naming the link.
+            return f"Looking up **{name}**… it {'plays' if now else 'joins the queue'} as soon as it is found."
         queue = state.get("queue") or []
         # Queued on an idle guild, the track starts at once: it is then the current one.
         started = now or (state.get("current") == len(queue) - 1 and state.get("status") != "idle")

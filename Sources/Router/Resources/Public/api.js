@@ -34,9 +34,14 @@ export function explain(error) {
     engine_unavailable: "The audio engine is not running right now. Try again in a few seconds.",
     engine_restarted: "The audio engine restarted. Press play to continue.",
     missing_url: "Type a file name, a link or something to search for first.",
+    source_timeout: "That address took too long to answer, so it was given up.",
+    resolver_busy: "The server is busy finding other links. Try again in a few seconds.",
+    too_many_pending: "Many links of yours are still being looked up. Wait for them first.",
     identity_refused: "The server no longer knew this browser, so it was given a new session.",
   };
-  return messages[error?.code] || error?.message || "Something went wrong.";
+  const text = messages[error?.code] || error?.message || "Something went wrong.";
+  // A link looked up after its command was answered is named, since the page has moved on.
+  return error?.url ? `${error.url}: ${text}` : text;
 }
 
 export class Connection {

@@ -232,8 +232,14 @@ function renderQueue() {
     row.append(jump, duration, remove);
     item.append(row);
     return item;
+  }), ...(state.resolving ?? []).map(({ url, command }) => {
+    // A link still being looked up: it becomes a track (or an error) when the server knows.
+    const item = document.createElement("li");
+    item.className = "resolving";
+    item.textContent = `${command === "play" ? "Finding (to play now)" : "Finding"} ${url}…`;
+    return item;
   }));
-  $("queue-empty").hidden = state.queue.length > 0;
+  $("queue-empty").hidden = state.queue.length + (state.resolving?.length ?? 0) > 0;
 }
 
 function tick() {
