@@ -17,11 +17,14 @@ package enum AudioEngineService {
         let network = try SourceNetwork(
             policy: configuration.sourcePolicy, extraAuthorities: configuration.sourceAuthorities,
             openTimeout: .nanoseconds(Int64(configuration.resolveTimeout.components.seconds) * 1_000_000_000))
+        // yt-dlp's own requests go through the engine, under the same policy as its fetches.
+        let proxy = try await PolicyProxy.start(network: network, logger: logger)
         let resolver = SourceResolver(
             library: MediaLibrary(directory: configuration.mediaDirectory),
             network: network,
             ytdlp: YTDLP(
-                executable: configuration.ytdlpPath, timeout: configuration.resolveTimeout, limits: configuration.resolveLimits),
+                executable: configuration.ytdlpPath, timeout: configuration.resolveTimeout, limits: configuration.resolveLimits,
+                proxy: proxy.url),
             openLimits: .init(
                 limit: configuration.resolveLimits.limit * 4, queueLimit: configuration.resolveLimits.queueLimit * 2))
         let metrics = EngineMetrics.prometheus()
@@ -60,11 +63,13 @@ package enum AudioEngineService {
         do {
             try await group.run()
         } catch {
+            await proxy.close()
             try? await workers.shutdownGracefully()
             try? await openers.shutdownGracefully()
             try? await socketLoop.shutdownGracefully()
             throw error
         }
+        await proxy.close()
         try? await workers.shutdownGracefully()
         try? await openers.shutdownGracefully()
         try? await socketLoop.shutdownGracefully()

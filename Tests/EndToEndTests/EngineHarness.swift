@@ -20,8 +20,14 @@ final class EngineHarness: @unchecked Sendable {
     let port: Int
     private(set) var engine: BinaryProcess?
     let extraEnvironment: [String: String]
+    /// Where the control API listens (an address inside a network namespace, for one).
+    let host: String
+    /// What the engine is started through (`ip netns exec <ns>`), if anything.
+    let launcher: [String]
 
-    init(environment: [String: String] = [:]) throws {
+    init(environment: [String: String] = [:], host: String = "127.0.0.1", launcher: [String] = []) throws {
+        self.host = host
+        self.launcher = launcher
         directory = try TemporaryDirectory(prefix: "tonearm-engine")
         media = directory.file("media")
         try FileManager.default.createDirectory(atPath: media, withIntermediateDirectories: true)
@@ -33,10 +39,10 @@ final class EngineHarness: @unchecked Sendable {
     func start() async throws -> SocketRecorder {
         var environment = [
             "TONEARM_SOCKET": socketPath, "TONEARM_ENGINE_PORT": "\(port)", "TONEARM_MEDIA_DIR": media,
-            "TONEARM_ALLOW_PRIVATE_SOURCES": "1",
+            "TONEARM_ALLOW_PRIVATE_SOURCES": "1", "TONEARM_ENGINE_HOST": host,
         ]
         environment.merge(extraEnvironment) { $1 }
-        engine = try BinaryProcess("AudioEngine", environment: environment, logDirectory: directory.path)
+        engine = try BinaryProcess("AudioEngine", environment: environment, logDirectory: directory.path, launcher: launcher)
         guard await eventually(timeout: .seconds(20), { FileManager.default.fileExists(atPath: self.socketPath) }) else {
             throw FixtureError("the engine did not create its socket: \(engine?.log ?? "")")
         }
@@ -45,7 +51,7 @@ final class EngineHarness: @unchecked Sendable {
 
     func stop() async { await engine?.terminate() }
 
-    var url: String { "http://127.0.0.1:\(port)" }
+    var url: String { "http://\(host):\(port)" }
 
     @discardableResult
     func post(_ path: String, _ json: String? = nil) async throws -> (status: Int, json: [String: Any]) {
@@ -164,13 +170,14 @@ final class MediaServer: @unchecked Sendable {
     let address: String
     private let process: Process
 
-    init(root: String, address: String = "127.0.0.1", arguments: [String] = []) throws {
+    /// `launcher` runs it through another command (`ip netns exec <ns>`).
+    init(root: String, address: String = "127.0.0.1", arguments: [String] = [], launcher: [String] = []) throws {
         self.address = address
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("Fixtures/media_server.py").path
         process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", script, "--root", root, "--bind", address] + arguments
+        process.arguments = launcher + ["python3", script, "--root", root, "--bind", address] + arguments
         let output = Pipe()
         process.standardOutput = output
         try process.run()

@@ -64,6 +64,88 @@ import WireProtocol
         socket.close()
     }
 
+    /// yt-dlp's own requests are held to the policy too (through the engine's proxy): a page on an
+    /// allowed host that redirects to loopback is refused at the redirect, as `/resolve` and as a
+    /// play, and the loopback server never sees a request (before, yt-dlp fetched it itself). A
+    /// page that stays on allowed hosts still resolves through the real yt-dlp and plays.
+    @Test func ytDlpsOwnRequestsFollowThePolicy() async throws {
+        let served = try TemporaryDirectory(prefix: "tonearm-www")
+        try MediaFixture.tone(550, seconds: 10, into: served.path)
+        let inside = try MediaServer(root: served.path, address: "127.0.0.1")
+        defer { inside.stop() }
+        let outside = try MediaServer(
+            root: served.path, address: "127.0.0.2",
+            arguments: ["--redirect", "/inward=\(inside.url("tone-550.mp3"))", "--redirect", "/along=/tone-550.mp3"])
+        defer { outside.stop() }
+        let (harness, socket) = try await engineWithABystander()
+        defer { Task { await harness.stop() } }
+        let pid = try #require(harness.engine?.pid)
+
+        let resolved = try await harness.get("/resolve?url=\(outside.url("inward"))")
+        let refusal = resolved.json["error"] as? [String: Any]
+        #expect(resolved.status == 422 && refusal?["code"] as? String == "private_address", "\(resolved)")
+        #expect(try await harness.post("/session/inward/play", #"{"url":"\#(outside.url("inward"))"}"#).status == 202)
+        #expect(await eventually(timeout: .seconds(20)) { socket.firstEvent("inward", .finished) != nil })
+        let error = try #require(socket.firstEvent("inward", .error)?.event)
+        #expect(error.code == "private_address", "\(error)")
+        #expect(socket.packets("inward").isEmpty)
+        let reached = try await inside.requests()
+        #expect(reached.isEmpty, "yt-dlp reached 127.0.0.1: \(reached)")
+        #expect(try await outside.requests().contains { $0.hasPrefix("/inward") })
+
+        #expect(try await harness.post("/session/along/play", #"{"url":"\#(outside.url("along"))"}"#).status == 202)
+        #expect(await eventually(timeout: .seconds(20)) { socket.packets("along").count >= 60 }, "\(socket.events("along").map(\.event))")
+        #expect(abs(try tone(of: socket.packets("along").suffix(40).map(\.data), lastFrames: 40) - 550) < 5)
+        expectBystanderUntouched(harness, socket, pid: pid)
+        socket.close()
+    }
+
+    /// A name whose answer changes from an allowed address to a private one (DNS rebinding)
+    /// reaches only the address that was checked. The engine runs in a network namespace whose
+    /// name server the test controls; each name answers the allowed address once, then the private
+    /// one. The engine's own fetch connects where its one look-up pointed (the tone is heard);
+    /// a page's host, checked once by the engine and looked up again when yt-dlp asks for it, is
+    /// refused at the proxy. The private server, on the same port, never sees a request.
+    @Test func aNameThatChangesItsAnswerReachesOnlyTheAddressChecked() async throws {
+        let namespace = try NetworkNamespace()
+        let names = try RebindingNameServer(in: namespace, first: namespace.second, then: namespace.inside)
+        defer { names.stop() }
+        let served = try TemporaryDirectory(prefix: "tonearm-www")
+        try MediaFixture.tone(550, seconds: 10, into: served.path, name: "tone-550.wav")
+        let port = try freePort()
+        let servers = try [namespace.second, namespace.inside].map { address in
+            try MediaServer(
+                root: served.path, address: address, arguments: ["--port", "\(port)", "--redirect", "/page=/tone-550.wav"],
+                launcher: namespace.launcher)
+        }
+        defer { for server in servers { server.stop() } }
+        let (allowed, inward) = (servers[0], servers[1])
+        let harness = try EngineHarness(
+            environment: Self.environment.merging(["TONEARM_ALLOWED_SOURCE_NETWORKS": "\(namespace.second)/32"]) { $1 },
+            host: namespace.inside, launcher: namespace.launcher)
+        try MediaFixture.tone(440, seconds: 30, into: harness.media, name: "bystander.mp3")
+        let socket = try await harness.start()
+        defer { Task { await harness.stop() } }
+        let pid = try #require(harness.engine?.pid)
+        #expect(try await harness.post("/session/bystander/play", #"{"url":"bystander.mp3"}"#).status == 202)
+        #expect(await eventually(timeout: .seconds(10)) { socket.packets("bystander").count >= 25 })
+
+        let media = "http://media.test:\(port)/tone-550.wav"
+        #expect(try await harness.post("/session/rebound/play", #"{"url":"\#(media)"}"#).status == 202)
+        #expect(await eventually(timeout: .seconds(10)) { socket.packets("rebound").count >= 60 }, "\(socket.events("rebound").map(\.event))")
+        #expect(abs(try tone(of: socket.packets("rebound").suffix(40).map(\.data), lastFrames: 40) - 550) < 5)
+
+        let page = try await harness.get("/resolve?url=http://page.test:\(port)/page")
+        let refusal = page.json["error"] as? [String: Any]
+        #expect(page.status == 422 && refusal?["code"] as? String == "private_address", "\(page)")
+
+        #expect(try await allowed.requests().contains { $0.hasPrefix("/tone-550.wav") })
+        let reached = try await inward.requests()
+        #expect(reached.isEmpty, "the private address was reached: \(reached)")
+        expectBystanderUntouched(harness, socket, pid: pid)
+        socket.close()
+    }
+
     /// HLS: the playlist's segments are fetched like the source itself. Segments on the allowed
     /// host play; a playlist on the allowed host whose segments point inward is refused, and not
     /// one segment is fetched from 127.0.0.1.

@@ -7,6 +7,7 @@ redirect paths elsewhere. Prints the port it bound; GET /requests lists what it 
 GET /open how many of its responses are being sent right now."""
 import argparse
 import http.server
+import mimetypes
 import os
 import signal
 import socketserver
@@ -77,7 +78,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
         else:
             self.send_response(200)
-        ctype = "text/html" if path.endswith(".html") else "application/octet-stream"
+        ctype = mimetypes.guess_type(path)[0] or "application/octet-stream"
         self.send_header("Content-Type", ctype)
         self.send_header("Accept-Ranges", "bytes")
         self.send_header("Content-Length", str(end - start + 1))

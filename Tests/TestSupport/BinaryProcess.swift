@@ -23,7 +23,11 @@ public final class BinaryProcess: @unchecked Sendable {
         return bundle.path
     }
 
-    public init(_ name: String, arguments: [String] = [], environment: [String: String], logDirectory: String) throws {
+    /// `launcher` runs it through another command that execs it (`ip netns exec <ns>`).
+    public init(
+        _ name: String, arguments: [String] = [], environment: [String: String], logDirectory: String,
+        launcher: [String] = []
+    ) throws {
         self.name = name
         let executable = Self.binaryDirectory + "/" + name
         guard FileManager.default.isExecutableFile(atPath: executable) else {
@@ -33,8 +37,13 @@ public final class BinaryProcess: @unchecked Sendable {
         FileManager.default.createFile(atPath: logPath, contents: nil)
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
         process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
+        if launcher.isEmpty {
+            process.executableURL = URL(fileURLWithPath: executable)
+            process.arguments = arguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            process.arguments = launcher + [executable] + arguments
+        }
         var env = ProcessInfo.processInfo.environment
         for (key, value) in environment { env[key] = value }
         process.environment = env

@@ -11,10 +11,17 @@ package struct YTDLP: Sendable {
     var timeout: Duration = .seconds(15)
     /// At most this many yt-dlp processes at once, one per session; a bounded queue waits for a place.
     let gate: ConcurrencyGate
+    /// The engine's `PolicyProxy`, through which yt-dlp makes every request (nil: directly, in
+    /// unit tests that run a stand-in).
+    let proxy: String?
 
-    package init(executable: String = "yt-dlp", timeout: Duration = .seconds(15), limits: ConcurrencyGate.Limits = .init()) {
+    package init(
+        executable: String = "yt-dlp", timeout: Duration = .seconds(15), limits: ConcurrencyGate.Limits = .init(),
+        proxy: String? = nil
+    ) {
         self.executable = executable
         self.timeout = timeout
+        self.proxy = proxy
         gate = ConcurrencyGate("yt-dlp runs", limits: limits)
     }
 
@@ -92,9 +99,10 @@ package struct YTDLP: Sendable {
     private func run(_ arguments: [String], owner: String?) async throws(APIError) -> [String: Any] {
         let output: ProcessOutput
         do {
+            let proxying = proxy.map { ["--proxy", $0] } ?? []
             output = try await gate.run(owner: owner) { [executable, timeout] in
                 try await ProcessOutput.run(
-                    executable, arguments: ["--no-warnings", "--no-progress", "--ignore-config"] + arguments,
+                    executable, arguments: ["--no-warnings", "--no-progress", "--ignore-config"] + proxying + arguments,
                     timeout: timeout)
             }
         } catch let error as APIError {
@@ -111,6 +119,12 @@ package struct YTDLP: Sendable {
                 message: "yt-dlp could not be run (\(executable)): \(error)")
         }
         guard output.status == 0 else {
+            if output.standardError.contains(PolicyProxy.refusalPhrase) {
+                throw .unprocessable(
+                    "private_address",
+                    "the page led yt-dlp to a loopback, private or link-local address, which is refused (only public "
+                        + "hosts are accepted; TONEARM_ALLOW_PRIVATE_SOURCES=1 or TONEARM_ALLOWED_SOURCE_NETWORKS allow others)")
+            }
             let reason = output.standardError.split(separator: "\n").last { $0.contains("ERROR") }
                 .map { String($0).replacingOccurrences(of: "ERROR: ", with: "") } ?? "exit status \(output.status)"
             throw .unprocessable("unresolvable", "yt-dlp cannot play this URL: \(reason)")
