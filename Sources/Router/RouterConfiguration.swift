@@ -1,6 +1,7 @@
 // Every setting of the Router, with its default, read from TONEARM_* environment variables in
 // `main` only (flags override them); tests construct it directly.
 import Foundation
+import NIOCore
 import ServiceSupport
 
 /// The Router's settings.
@@ -19,6 +20,11 @@ package struct RouterConfiguration: Sendable {
     var databasePath: String?
     /// WebSocket pings; a client that has not answered one by the next is closed.
     var pingInterval: Duration = .seconds(30)
+    /// A connection's first request head must be complete within this long of it opening.
+    var headerTimeout: TimeAmount = .seconds(10)
+    /// A keep-alive connection's next request head must be complete within this long of the
+    /// previous answer.
+    var idleTimeout: TimeAmount = .seconds(60)
     /// A session with no clients and nothing playing is released from memory after this long
     /// (its queue stays in the database).
     var staleSessionTimeout: Duration = .seconds(300)
@@ -77,6 +83,12 @@ package struct RouterConfiguration: Sendable {
         }
         if let value = environment["TONEARM_DATABASE"], !value.isEmpty { databasePath = value }
         if let value = environment["TONEARM_PING_INTERVAL"] { pingInterval = .seconds(try Self.seconds(value, "TONEARM_PING_INTERVAL")) }
+        if let value = environment["TONEARM_HTTP_HEADER_TIMEOUT"] {
+            headerTimeout = .nanoseconds(Int64(try Self.seconds(value, "TONEARM_HTTP_HEADER_TIMEOUT") * 1e9))
+        }
+        if let value = environment["TONEARM_HTTP_IDLE_TIMEOUT"] {
+            idleTimeout = .nanoseconds(Int64(try Self.seconds(value, "TONEARM_HTTP_IDLE_TIMEOUT") * 1e9))
+        }
         if let value = environment["TONEARM_STALE_SESSION_TIMEOUT"] {
             staleSessionTimeout = .seconds(try Self.seconds(value, "TONEARM_STALE_SESSION_TIMEOUT"))
         }

@@ -35,14 +35,23 @@ package enum RouterService {
         }
         api.clientAddress = ClientAddress(trustedProxies: configuration.trustedProxies)
         let router = api.makeRouter(publicDirectory: publicDirectory())
-        let http = HTTPServerBuilder.http1WebSocketUpgrade(
-            webSocketRouter: router,
-            configuration: .init(ws: .init(maxFrameSize: 1 << 16, autoPing: .enabled(timePeriod: configuration.pingInterval))))
         let tls = try configuration.tlsConfiguration()
         if tls != nil { logger.info("serving HTTPS", metadata: ["certificate": "\(configuration.tlsCertificatePath ?? "")"]) }
+        let (headTimeout, idleTimeout) = (configuration.headerTimeout, configuration.idleTimeout)
+        let webSockets = router.buildResponder()
+        // HTTP/1 with the WebSocket upgrade, request-head deadlines in front (after TLS, if any).
+        let server = HTTPServerBuilder { responder in
+            let http = HTTP1WebSocketUpgradeChannel(
+                responder: responder, webSocketResponder: webSockets,
+                configuration: .init(
+                    http1: .init(additionalChannelHandlers: [NextRequestDeadline(timeout: idleTimeout)]),
+                    ws: .init(maxFrameSize: 1 << 16, autoPing: .enabled(timePeriod: configuration.pingInterval))))
+            let guarded = RequestDeadlineChannel(base: http, headTimeout: headTimeout)
+            return try tls.map { try TLSChannel(guarded, tlsConfiguration: $0) } ?? guarded
+        }
         let app = Application(
             router: router,
-            server: try tls.map { try .tls(http, tlsConfiguration: $0) } ?? http,
+            server: server,
             configuration: .init(
                 address: .hostname(configuration.host, port: configuration.port), serverName: "tonearm-router"),
             logger: logger)
@@ -59,6 +68,8 @@ package enum RouterService {
                         service: TrustedProxyRefresh(proxies: configuration.trustedProxies, logger: logger),
                         successTerminationBehavior: .ignore),
                     .init(service: app),
+                    // Told of the shutdown first: its clock then runs while the rest stop.
+                    .init(service: ShutdownDeadline(limit: .milliseconds(2_500), writer: writer, logger: logger)),
                 ],
                 gracefulShutdownSignals: [.sigterm, .sigint],
                 logger: logger))

@@ -85,7 +85,11 @@ private func runProbe(_ arguments: String...) async throws -> Data {
     let output = Pipe()
     process.standardOutput = output
     try process.run()
-    let data = try await Task.detached { try output.fileHandleForReading.readToEnd() ?? Data() }.value
+    // Read on a thread of its own: a blocking read on the cooperative pool (two threads here)
+    // would hold up every task of the test while the probe runs.
+    let data = await withCheckedContinuation { continuation in
+        Thread.detachNewThread { continuation.resume(returning: (try? output.fileHandleForReading.readToEnd()) ?? Data()) }
+    }
     while process.isRunning { try await Task.sleep(for: .milliseconds(10)) }
     return data
 }

@@ -21,6 +21,9 @@ struct ClientConnections {
     /// How long a client told to go (too slow) has to take the close frame before the
     /// connection is cut.
     var closeGrace: TimeAmount = .seconds(2)
+    /// How long a client has to take the close frame when the Router stops, before its
+    /// connection is cut: a client that reads nothing must not hold the shutdown.
+    static let shutdownGrace: TimeAmount = .seconds(1)
 
     func addRoutes(to router: Router<TonearmRequestContext>) {
         router.ws("/ws") { request, _ in
@@ -112,9 +115,13 @@ struct ClientConnections {
             return (controller, token)
         }
         defer { store.unsubscribe(id, token: token) }
-        for try await message in inbound.messages(maxSize: 64 * 1024) {
-            guard case .text(let text) = message else { continue }
-            send(.event(await command(text, on: controller, id: id, limited: limited)), to: sink)
+        try await withGracefulShutdownHandler {
+            for try await message in inbound.messages(maxSize: 64 * 1024) {
+                guard case .text(let text) = message else { continue }
+                send(.event(await command(text, on: controller, id: id, limited: limited)), to: sink)
+            }
+        } onGracefulShutdown: {
+            sink.eventLoop.execute { sink.goAway(grace: Self.shutdownGrace) }
         }
     }
 
@@ -191,6 +198,8 @@ struct ClientConnections {
                     }
                 } onGracefulShutdown: {
                     end()
+                    // A listener that reads nothing would keep the last write, and the shutdown, waiting.
+                    channel.eventLoop.scheduleTask(in: Self.shutdownGrace) { channel.close(promise: nil) }
                 }
                 try await writer.finish(nil)
             })

@@ -35,7 +35,9 @@ final class WebSocketSink: ChannelDuplexHandler, ClientSink, @unchecked Sendable
     private var framesInWindow = 0
     private var droppedInWindow = 0
     private var droppedSinceReport: UInt64 = 0
-    private var slow = false
+    /// The client has been told to go (too slow, or the Router is stopping): nothing more is
+    /// sent, and the connection is cut after the grace whatever the client does.
+    private var leaving = false
 
     init(
         eventLoop: any EventLoop, queueFrames: Int, window: Int, dropLimit: Int, closeGrace: TimeAmount,
@@ -72,7 +74,7 @@ final class WebSocketSink: ChannelDuplexHandler, ClientSink, @unchecked Sendable
     var waitingFrames: Int { waitingAudio }
 
     func deliver(_ bytes: ByteBuffer, audio: Bool) {
-        guard let context, !slow else { return }
+        guard let context, !leaving else { return }
         if waiting.isEmpty && context.channel.isWritable {
             context.writeAndFlush(NIOAny(bytes), promise: nil)
         } else {
@@ -97,7 +99,7 @@ final class WebSocketSink: ChannelDuplexHandler, ClientSink, @unchecked Sendable
     }
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {
-        if context.channel.isWritable && !slow {
+        if context.channel.isWritable && !leaving {
             var wrote = false
             while context.channel.isWritable, let next = waiting.popFirst() {
                 if next.audio { waitingAudio -= 1 }
@@ -121,13 +123,35 @@ final class WebSocketSink: ChannelDuplexHandler, ClientSink, @unchecked Sendable
 
     /// Tells the client why, then cuts the connection if the close frame cannot get out either.
     private func disconnect(_ context: ChannelHandlerContext) {
-        slow = true
         let reason = "too slow: lost \(droppedInWindow) of the last \(framesInWindow) audio frames"
         report(droppedSinceReport, reason)
+        leave(context, code: 1008, reason: reason, grace: closeGrace)
+    }
+
+    /// The Router is stopping: the client is told so (1001) ahead of anything else waiting, and
+    /// the connection is cut after `grace`, whether or not it answers (call on the loop).
+    func goAway(grace: TimeAmount) {
+        guard let context, !leaving else { return }
+        leave(context, code: 1001, reason: "the Router is shutting down", grace: grace)
+    }
+
+    /// Sends a close frame in place of whatever waits, then cuts the connection after `grace`.
+    /// Frames the WebSocket library writes after that (its own close) are dropped here: its write
+    /// would otherwise wait on a client that does not read, and hold the Router's shutdown.
+    private func leave(_ context: ChannelHandlerContext, code: UInt16, reason: String, grace: TimeAmount) {
+        leaving = true
         waiting.removeAll()
         waitingAudio = 0
-        context.writeAndFlush(NIOAny(WebSocketWire.close(code: 1008, reason: reason)), promise: nil)
+        context.writeAndFlush(NIOAny(WebSocketWire.close(code: code, reason: reason)), promise: nil)
         let channel = context.channel
-        eventLoop.scheduleTask(in: closeGrace) { channel.close(promise: nil) }
+        eventLoop.scheduleTask(in: grace) { channel.close(promise: nil) }
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        guard !leaving else {
+            promise?.succeed(())
+            return
+        }
+        context.write(data, promise: promise)
     }
 }

@@ -36,7 +36,7 @@ final class PersistenceWriter: Service, Sendable {
             }
         }
         // Also when the service was cancelled rather than shut down gracefully: nothing is lost.
-        flushBlocking()
+        flushNow()
     }
 
     /// Writes everything queued so far.
@@ -50,7 +50,8 @@ final class PersistenceWriter: Service, Sendable {
         }
     }
 
-    private func flushBlocking() {
+    /// Writes everything queued, on the calling thread (the last write before the Router exits).
+    func flushNow() {
         let batch = takePending()
         guard !batch.isEmpty else { return }
         do {
