@@ -30,6 +30,7 @@ package enum RouterService {
         let secret = try IdentityTokens.secret(configured: configuration.tokenSecret, directory: configuration.dataDirectory)
         let access = AccessControl(tokens: IdentityTokens(secret: secret), botToken: configuration.botToken)
         var api = RouterApplication(store: store, directory: directory, link: link, engine: engine, access: access)
+        api.storage = writer
         if configuration.identityPerMinute > 0 {
             api.identityLimit = RateLimiter(perMinute: configuration.identityPerMinute, burst: configuration.identityBurst)
         }

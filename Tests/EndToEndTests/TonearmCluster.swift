@@ -27,6 +27,8 @@ final class TonearmCluster: @unchecked Sendable {
     let certificates: TestCertificates?
     /// Trusts `certificates`' authority when there is one.
     let client: HTTPClient
+    /// What the Router is started through (`setpriv …`), if anything.
+    var routerLauncher: [String] = []
 
     init(tones: [Int] = [440, 880, 660], seconds: Double = 30, environment: [String: String] = [:], tls: Bool = false)
         throws
@@ -67,7 +69,7 @@ final class TonearmCluster: @unchecked Sendable {
     }
 
     func startRouter() throws {
-        router = try BinaryProcess("Router", environment: environment, logDirectory: directory.path)
+        router = try BinaryProcess("Router", environment: environment, logDirectory: directory.path, launcher: routerLauncher)
     }
 
     func stop() async {

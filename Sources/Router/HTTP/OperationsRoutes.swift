@@ -1,4 +1,4 @@
-// What operators read: `/health` (the engine link, sessions, clients, memory),
+// What operators read: `/health` (the engine link, storage, sessions, clients, memory),
 // `/health/session/{id}` (one session's clients and frames) and `/metrics` (Prometheus text).
 import Foundation
 import Hummingbird
@@ -10,6 +10,7 @@ struct OperationsRoutes {
     let store: SessionStore
     let directory: SessionDirectory
     let link: EngineLink
+    let storage: PersistenceWriter?
     let startedAt: Date
     let recorder: RouterMetrics
 
@@ -25,9 +26,21 @@ struct OperationsRoutes {
                 case lastError = "last_error"
             }
         }
+        struct Storage: Codable {
+            var ok: Bool
+            var unsavedSessions: Int
+            var failures: UInt64
+            var lastError: String?
+            enum CodingKeys: String, CodingKey {
+                case ok, failures
+                case unsavedSessions = "unsaved_sessions"
+                case lastError = "last_error"
+            }
+        }
         var status: String
         var uptimeSeconds: Double
         var engine: Engine
+        var storage: Storage
         var activeSessions: Int
         var activeClients: Int
         var clients: [String: Int]
@@ -37,7 +50,7 @@ struct OperationsRoutes {
         var slowClientDisconnects: UInt64
         var rssBytes: Int
         enum CodingKeys: String, CodingKey {
-            case status, engine, clients
+            case status, engine, clients, storage
             case uptimeSeconds = "uptime_seconds"
             case activeSessions = "active_sessions"
             case activeClients = "active_clients"
@@ -66,11 +79,13 @@ struct OperationsRoutes {
         router.get("/health") { _, _ -> Health in
             let status = link.status
             let counters = store.counters
+            let stored = storage?.status ?? .init()
             return Health(
-                status: status.connected ? "ok" : "degraded", uptimeSeconds: Date().timeIntervalSince(startedAt),
+                status: status.connected && stored.ok ? "ok" : "degraded", uptimeSeconds: Date().timeIntervalSince(startedAt),
                 engine: .init(
                     connected: status.connected, connects: status.connects, protocolErrors: status.protocolErrors,
                     lastError: status.lastError),
+                storage: .init(ok: stored.ok, unsavedSessions: stored.unsaved, failures: stored.failures, lastError: stored.error),
                 activeSessions: store.sessionCount, activeClients: store.clientCount,
                 clients: Dictionary(uniqueKeysWithValues: store.clientsByKind.map { ($0.key.rawValue, $0.value) }),
                 framesRouted: counters.framesRouted, unknownSessionFrames: counters.unknownSessionFrames,
@@ -95,8 +110,8 @@ struct OperationsRoutes {
     /// The Prometheus text exposition (`RouterMetrics`).
     func metrics() async -> [UInt8] {
         let reading = RouterMetrics.Reading(
-            counters: store.counters, link: link.status, staleSessionsReleased: await directory.released,
-            sessions: store.sessionCount, clients: store.clientsByKind)
+            counters: store.counters, link: link.status, storage: storage?.status ?? .init(),
+            staleSessionsReleased: await directory.released, sessions: store.sessionCount, clients: store.clientsByKind)
         return recorder.exposition(reading)
     }
 }

@@ -20,6 +20,8 @@ struct RouterApplication {
     let access: AccessControl
     /// Identities minted per client address (nil: no limit).
     var identityLimit: RateLimiter? = nil
+    /// How storing sessions goes, for `/health` and `/metrics` (nil: nothing is stored).
+    var storage: PersistenceWriter? = nil
     var clientAddress = ClientAddress(trustedProxies: TrustedProxies())
     let startedAt = Date()
     let metrics = RouterMetrics()
@@ -77,7 +79,7 @@ struct RouterApplication {
         }
         let clients = ClientConnections(store: store, directory: directory, access: access, link: link, engine: engine)
         clients.addRoutes(to: router)
-        OperationsRoutes(store: store, directory: directory, link: link, startedAt: startedAt, recorder: metrics)
+        OperationsRoutes(store: store, directory: directory, link: link, storage: storage, startedAt: startedAt, recorder: metrics)
             .addRoutes(to: router)
         routes.load(from: router)
         return router

@@ -13,6 +13,7 @@ final class RouterMetrics: Sendable {
     struct Reading: Sendable {
         var counters: SessionStore.Counters
         var link: EngineLink.Status
+        var storage: PersistenceWriter.Status
         var staleSessionsReleased: UInt64
         var sessions: Int
         var clients: [ClientKind: Int]
@@ -29,6 +30,9 @@ final class RouterMetrics: Sendable {
     private let engineConnected: CoreMetrics.Gauge
     private let engineProtocolErrors: CoreMetrics.Counter
     private let staleSessionsReleased: CoreMetrics.Counter
+    private let storageOK: CoreMetrics.Gauge
+    private let storageUnsaved: CoreMetrics.Gauge
+    private let storageFailures: CoreMetrics.Counter
     /// The counter values the metrics hold, as of the last scrape.
     private let recorded = Mutex<[String: UInt64]>([:])
 
@@ -44,6 +48,9 @@ final class RouterMetrics: Sendable {
         "tonearm_router_engine_connected": "1 while the engine link is up.",
         "tonearm_router_engine_protocol_errors_total": "Engine links closed for a protocol error.",
         "tonearm_router_stale_sessions_released_total": "Sessions released after the stale-session timeout.",
+        "tonearm_router_storage_ok": "1 while sessions are stored as they change; 0 while the disk refuses writes (full, read-only).",
+        "tonearm_router_storage_unsaved_sessions": "Sessions whose newest state waits to be stored.",
+        "tonearm_router_storage_write_failures_total": "Writes of session state the disk refused (each is tried again).",
     ])
 
     init() {
@@ -63,6 +70,9 @@ final class RouterMetrics: Sendable {
         engineConnected = CoreMetrics.Gauge(label: "tonearm_router_engine_connected", factory: factory)
         engineProtocolErrors = CoreMetrics.Counter(label: "tonearm_router_engine_protocol_errors_total", factory: factory)
         staleSessionsReleased = CoreMetrics.Counter(label: "tonearm_router_stale_sessions_released_total", factory: factory)
+        storageOK = CoreMetrics.Gauge(label: "tonearm_router_storage_ok", factory: factory)
+        storageUnsaved = CoreMetrics.Gauge(label: "tonearm_router_storage_unsaved_sessions", factory: factory)
+        storageFailures = CoreMetrics.Counter(label: "tonearm_router_storage_write_failures_total", factory: factory)
     }
 
     /// Records `reading` and answers the Prometheus text exposition.
@@ -70,6 +80,8 @@ final class RouterMetrics: Sendable {
         for kind in ClientKind.allCases { clients[kind]?.record(reading.clients[kind] ?? 0) }
         sessions.record(reading.sessions)
         engineConnected.record(reading.link.connected ? 1 : 0)
+        storageOK.record(reading.storage.ok ? 1 : 0)
+        storageUnsaved.record(reading.storage.unsaved)
         recorded.withLock { recorded in
             func advance(_ counter: CoreMetrics.Counter, _ key: String, to value: UInt64) {
                 let last = recorded[key] ?? 0
@@ -84,6 +96,7 @@ final class RouterMetrics: Sendable {
             advance(engineConnects, "connects", to: reading.link.connects)
             advance(engineProtocolErrors, "protocol", to: reading.link.protocolErrors)
             advance(staleSessionsReleased, "released", to: reading.staleSessionsReleased)
+            advance(storageFailures, "storage", to: reading.storage.failures)
         }
         return Self.help.annotate(registry.emitToBuffer())
     }
