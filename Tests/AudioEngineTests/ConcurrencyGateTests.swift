@@ -111,15 +111,7 @@ import Testing
         #expect(large.status == 0 && large.standardOutput.count == 1_000_000 && large.standardError.utf8.count == 200_000)
     }
 
-    /// Whether a process whose command line contains `marker` is alive.
-    static func running(_ marker: String) -> Bool {
-        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
-        return entries.contains { pid in
-            guard pid.allSatisfy(\.isNumber), let line = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline")
-            else { return false }
-            return String(decoding: line, as: UTF8.self).contains(marker)
-        }
-    }
+    static func running(_ marker: String) -> Bool { processIsRunning(commandLineContaining: marker) }
 }
 
 final class OrderLog: Sendable {

@@ -37,6 +37,7 @@ import TestSupport
         let exited = await router.terminate(timeout: .seconds(10))
         let took = ContinuousClock.now - signalled
         #expect(exited && took < .seconds(3), "the Router took \(took) to exit after SIGTERM (exited: \(exited))")
+        print("SIGTERM with a silent client, a reader and 5 slowloris connections: exited after \(took)")
         let report = try await reader
         #expect(report.close_code == 1001, "the reader's connection ended with \(String(describing: report.close_code))")
         _ = try? await silent
@@ -112,6 +113,10 @@ import TestSupport
         }
 
         let seen = try await report.value
+        print(
+            "slowloris: \(seen.slow_closed) of \(seen.slow) closed after \(seen.slow_closed_after.first ?? 0)–\(seen.slow_closed_after.last ?? 0) s; "
+                + "idle: \(seen.idle_closed) of \(seen.idle) after \(seen.idle_closed_after.first ?? 0)–\(seen.idle_closed_after.last ?? 0) s; "
+                + "another user's play answered after \(Int(milliseconds(play.took))) ms")
         #expect(seen.idle_answered == 300, "\(seen.idle_answered) of the idle connections had their answer")
         #expect(seen.slow_closed == 300 && (seen.slow_closed_after.max() ?? 99) < 5.5, "slowloris: \(seen.slow_closed) closed, after \(seen.slow_closed_after.suffix(3)) s")
         #expect(seen.slow_closed_after.min() ?? 0 >= 2.5, "closed before the header timeout: \(seen.slow_closed_after.prefix(3))")

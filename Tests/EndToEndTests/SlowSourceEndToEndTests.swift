@@ -8,6 +8,7 @@ import NIOCore
 import NIOHTTP1
 import Testing
 import TestSupport
+import WireProtocol
 
 @Suite(.serialized) struct SlowSourceEndToEndTests {
     static let resolveTimeout = 4
@@ -121,12 +122,14 @@ import TestSupport
         #expect(await network.hears(550))
 
         // Stop frees what a play holds at once: three of the four connections end.
+        let stopping = ContinuousClock.now
         for n in 0..<3 {
             let stop = await Self.timed(cluster, "/api/sessions/dribble\(n)/stop")
             #expect(stop.status == 200 && stop.took < .seconds(1), "stop dribble\(n): \(stop.status) after \(stop.took)")
             #expect(Self.resolving(stop.json).isEmpty, "\(stop.json)")
         }
         let freed = try await eventually(timeout: .seconds(1)) { try await dribbling.openResponses() <= 1 }
+        let freedAfter = ContinuousClock.now - stopping
         let open = try await dribbling.openResponses()
         #expect(freed, "\(open) responses still open after the stops")
 
@@ -141,10 +144,62 @@ import TestSupport
             Self.resolving(state).isEmpty && (state["queue"] as? [Any])?.isEmpty == true,
             "\(state)\n\(cluster.engine?.log.suffix(3_000) ?? "")")
         #expect(try await eventually(timeout: .seconds(2)) { try await dribbling.openResponses() == 0 })
+        print(
+            "dribbling: plays answered after \(plays.values.map { Int(milliseconds($0.took)) }.sorted()) ms; a file played by "
+                + "another user answered after \(Int(milliseconds(file.took))) ms, a quick source after "
+                + "\(Int(milliseconds(fetched.took))) ms; three stops and their connections closed within \(Int(milliseconds(freedAfter))) ms")
         for listener in listeners.prefix(3) {
             let errors = listener.events().filter { $0["type"] as? String == "error" }
             #expect(errors.isEmpty, "\(listener.session): \(errors)")
         }
         try await Self.expectBystanderUntouched(cluster, bystander, pid: pid)
+    }
+
+    /// The engine's own side of a play: a source that dribbles ends at the deadline with
+    /// `source_timeout` (its connection closed), and a page whose yt-dlp never answers is killed
+    /// the moment its play is stopped, not at the deadline. A bystander plays throughout.
+    @Test func aPlaysOpeningEndsAtTheDeadlineOrWithThePlay() async throws {
+        let served = try TemporaryDirectory(prefix: "tonearm-dribble")
+        try MediaFixture.tone(550, seconds: 30, into: served.path)
+        let dribbling = try MediaServer(
+            root: served.path, address: "127.0.0.2", arguments: ["--dribble-after", "20000", "--dribble-interval", "0.05"])
+        defer { dribbling.stop() }
+        let marker = "tonearm-hanging-ytdlp-\(UInt32.random(in: 0 ... .max))"
+        let script = served.file("yt-dlp")
+        try "#!/bin/sh\nexec python3 -c 'import time; time.sleep(300)  # \(marker)'\n".write(toFile: script, atomically: true, encoding: .utf8)
+        chmod(script, 0o755)
+        let harness = try EngineHarness(environment: Self.environment.merging(["TONEARM_YTDLP": script]) { $1 })
+        try MediaFixture.tone(440, seconds: 30, into: harness.media, name: "bystander.mp3")
+        let socket = try await harness.start()
+        defer { Task { await harness.stop() } }
+        let pid = try #require(harness.engine?.pid)
+        #expect(try await harness.post("/session/bystander/play", #"{"url":"bystander.mp3"}"#).status == 202)
+        #expect(await eventually(timeout: .seconds(10)) { socket.packets("bystander").count >= 25 })
+
+        let started = ContinuousClock.now
+        #expect(try await harness.post("/session/dribble/play", #"{"url":"\#(dribbling.url("tone-550.mp3"))"}"#).status == 202)
+        #expect(await eventually(timeout: .seconds(Self.resolveTimeout + 3)) { socket.firstEvent("dribble", .finished) != nil })
+        let took = ContinuousClock.now - started
+        let error = try #require(socket.firstEvent("dribble", .error)?.event)
+        #expect(error.code == "source_timeout", "\(error)")
+        #expect(took >= .seconds(Self.resolveTimeout) && took < .seconds(Self.resolveTimeout + 2), "ended after \(took)")
+        print("a dribbling play ended with source_timeout after \(took) (TONEARM_RESOLVE_TIMEOUT=\(Self.resolveTimeout))")
+        #expect(try await eventually(timeout: .seconds(2)) { try await dribbling.openResponses() == 0 })
+
+        #expect(try await harness.post("/session/page/play", #"{"url":"http://127.0.0.2:9/a-page"}"#).status == 202)
+        #expect(await eventually(timeout: .seconds(5)) { processIsRunning(commandLineContaining: marker) }, "yt-dlp did not start")
+        let stopped = ContinuousClock.now
+        #expect(try await harness.post("/session/page/stop").status == 200)
+        #expect(await eventually(timeout: .seconds(2)) { !processIsRunning(commandLineContaining: marker) }, "yt-dlp outlived its play")
+        let killed = ContinuousClock.now - stopped
+        #expect(killed < .seconds(2))
+        print("a play's hanging yt-dlp was gone \(Int(milliseconds(killed))) ms after its stop")
+
+        let packets = socket.packets("bystander")
+        let gaps = zip(packets.dropFirst(), packets).map { milliseconds($0.at - $1.at) }
+        #expect(gaps.max() ?? 0 < 100, "the bystander had a gap of \(gaps.max() ?? 0) ms")
+        #expect(abs(try tone(of: packets.suffix(50).map(\.data)) - 440) < 5)
+        #expect(harness.engine?.pid == pid && harness.engine?.isRunning == true && socket.isActive)
+        socket.close()
     }
 }

@@ -107,3 +107,13 @@ public func eventually(
     }
     return try await condition()
 }
+
+/// Whether a process whose command line contains `marker` is alive.
+public func processIsRunning(commandLineContaining marker: String) -> Bool {
+    let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+    return entries.contains { pid in
+        guard pid.allSatisfy(\.isNumber), let line = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline")
+        else { return false }
+        return String(decoding: line, as: UTF8.self).contains(marker)
+    }
+}

@@ -230,14 +230,20 @@ private final class ProxyConnection: ChannelInboundHandler, RemovableChannelHand
         }
     }
 
-    /// A short answer, and the connection is closed.
+    /// A short answer, then the connection ends. Only its sending side at first: closed with
+    /// bytes of the client still unread, the kernel would answer with a reset, which can reach
+    /// the client before the answer does (yt-dlp then reports a broken proxy, not the refusal).
+    /// The client closes its side once it has read the answer; a second later it is cut anyway.
     private func refuse(_ context: ChannelHandlerContext, _ status: Int, _ phrase: String, _ message: String, extra: String = "") {
         state = .done
         let body = message + "\n"
         let text = "HTTP/1.1 \(status) \(phrase)\r\nContent-Type: text/plain; charset=utf-8\r\n\(extra)"
             + "Content-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n\(body)"
         let channel = context.channel
-        context.writeAndFlush(wrapOutboundOut(ByteBuffer(string: text))).whenComplete { _ in channel.close(promise: nil) }
+        context.writeAndFlush(wrapOutboundOut(ByteBuffer(string: text))).whenComplete { _ in
+            channel.close(mode: .output, promise: nil)
+            channel.eventLoop.scheduleTask(in: .seconds(1)) { channel.close(promise: nil) }
+        }
     }
 
     // MARK: Targets
