@@ -1,7 +1,11 @@
 // A value that arrives once, which any number of tasks may wait for, each for as long as it
 // likes: the outcome of a track the Router resolves in the background, which the command that
 // asked for it waits for only briefly. Waiting is cancellable; setting never waits.
-import Synchronization
+//
+// A pthread mutex (NIO's), not `Synchronization.Mutex`: a setter and a waiter contend for it by
+// design, and ThreadSanitizer cannot see the Mutex's contended futex path (it reports the locked
+// accesses as a race, as it did for the playback outbox).
+import NIOConcurrencyHelpers
 
 /// Set once (later sets are ignored); read or awaited from anywhere.
 package final class Eventual<Value: Sendable>: Sendable {
@@ -13,17 +17,17 @@ package final class Eventual<Value: Sendable>: Sendable {
         var next: UInt64 = 0
     }
 
-    private let state = Mutex(State())
+    private let state = NIOLockedValueBox(State())
 
     package init() {}
 
     /// The value, if it has arrived.
-    package var value: Value? { state.withLock { $0.value } }
+    package var value: Value? { state.withLockedValue { $0.value } }
 
     /// Sets the value and wakes every waiter; answers false (and changes nothing) if it was set.
     @discardableResult
     package func set(_ value: Value) -> Bool {
-        let waiters = state.withLock { state -> [CheckedContinuation<Value?, Never>]? in
+        let waiters = state.withLockedValue { state -> [CheckedContinuation<Value?, Never>]? in
             guard state.value == nil else { return nil }
             state.value = value
             defer { state.waiters.removeAll() }
@@ -36,13 +40,13 @@ package final class Eventual<Value: Sendable>: Sendable {
 
     /// The value once it arrives; nil if the calling task is cancelled first.
     package func wait() async -> Value? {
-        let id = state.withLock { state -> UInt64 in
+        let id = state.withLockedValue { state -> UInt64 in
             defer { state.next &+= 1 }
             return state.next
         }
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Value?, Never>) in
-                let now = state.withLock { state -> Value?? in
+                let now = state.withLockedValue { state -> Value?? in
                     if let value = state.value { return .some(value) }
                     if state.gone.remove(id) != nil { return .some(nil) }
                     state.waiters[id] = continuation
@@ -51,7 +55,7 @@ package final class Eventual<Value: Sendable>: Sendable {
                 if let now { continuation.resume(returning: now) }
             }
         } onCancel: {
-            let waiter = state.withLock { state -> CheckedContinuation<Value?, Never>? in
+            let waiter = state.withLockedValue { state -> CheckedContinuation<Value?, Never>? in
                 guard state.value == nil else { return nil }
                 guard let waiter = state.waiters.removeValue(forKey: id) else {
                     state.gone.insert(id)
