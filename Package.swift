@@ -160,6 +160,7 @@ let package = Package(
             dependencies: [
                 "TonearmRouter", "WireProtocol", "EngineAPI", "ServiceSupport", "TestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),

@@ -1,7 +1,7 @@
 // The two small pieces background work is built on: a value that arrives once (`Eventual`),
 // waited for briefly or cancelled, and a signal that cancels work it runs (`CancellationSignal`).
 import ServiceSupport
-import Synchronization
+import NIOConcurrencyHelpers
 import Testing
 
 @Suite struct CancellationTests {
@@ -37,13 +37,13 @@ import Testing
     /// The work is cancelled where it waits (a request, a subprocess), and `run` ends with it.
     @Test func firingCancelsTheWorkItRuns() async throws {
         let signal = CancellationSignal()
-        let sawCancellation = Mutex(false)
+        let sawCancellation = NIOLockedValueBox(false)
         let run = Task {
             try await signal.run {
                 do {
                     try await Task.sleep(for: .seconds(60))
                 } catch {
-                    sawCancellation.withLock { $0 = true }
+                    sawCancellation.withLockedValue { $0 = true }
                     throw error
                 }
             }
@@ -53,7 +53,7 @@ import Testing
         signal.fire()
         await #expect(throws: CancellationError.self) { try await run.value }
         #expect(ContinuousClock.now - fired < .seconds(30))
-        #expect(sawCancellation.withLock { $0 })
+        #expect(sawCancellation.withLockedValue { $0 })
         await #expect(throws: CancellationError.self) { try await signal.run { 1 } }
     }
 

@@ -5,7 +5,7 @@ import EngineAPI
 import Foundation
 import HTTPTypes
 import ServiceSupport
-import Synchronization
+import NIOConcurrencyHelpers
 import Testing
 import TestSupport
 import WireProtocol
@@ -18,10 +18,10 @@ import WireProtocol
 
     /// What a controller broadcast to its clients.
     final class Broadcasts: Sendable {
-        private let messages = Mutex<[String]>([])
-        func append(_ json: String) { messages.withLock { $0.append(json) } }
+        private let messages = NIOLockedValueBox<[String]>([])
+        func append(_ json: String) { messages.withLockedValue { $0.append(json) } }
         private var objects: [[String: Any]] {
-            messages.withLock { $0 }.compactMap { (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: Any] }
+            messages.withLockedValue { $0 }.compactMap { (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: Any] }
         }
         var errors: [[String: Any]] { objects.filter { $0["type"] as? String == "error" } }
         var states: [[String: Any]] { objects.filter { $0["type"] as? String == "state" } }

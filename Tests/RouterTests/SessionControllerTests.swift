@@ -5,6 +5,7 @@ import EngineAPI
 import Foundation
 import HTTPTypes
 import ServiceSupport
+import NIOConcurrencyHelpers
 import Synchronization
 import Testing
 import WireProtocol
@@ -23,57 +24,59 @@ final class ScriptedEngine: EngineControl {
         var refuse: Set<String> = []
         var active: [SessionID: UInt64]? = [:]
     }
-    private let state = Mutex(State())
+    /// A pthread mutex (NIO's): the test's thread and the controller's contend for it, and
+    /// ThreadSanitizer cannot see `Synchronization.Mutex`'s contended path.
+    private let state = NIOLockedValueBox(State())
 
     /// Resolves of `url` wait for `release(url)`.
-    func hold(_ url: String) { state.withLock { _ = $0.heldURLs.insert(url) } }
-    func refusePlays(of url: String) { state.withLock { _ = $0.refuse.insert(url) } }
+    func hold(_ url: String) { state.withLockedValue { _ = $0.heldURLs.insert(url) } }
+    func refusePlays(of url: String) { state.withLockedValue { _ = $0.refuse.insert(url) } }
     /// What `activePlays()` answers; nil: the engine cannot be reached.
-    func setActivePlays(_ plays: [SessionID: UInt64]?) { state.withLock { $0.active = plays } }
+    func setActivePlays(_ plays: [SessionID: UInt64]?) { state.withLockedValue { $0.active = plays } }
 
     func activePlays() async throws -> [SessionID: UInt64] {
-        guard let plays = state.withLock({ $0.active }) else { throw APIError.internalError }
+        guard let plays = state.withLockedValue({ $0.active }) else { throw APIError.internalError }
         return plays
     }
 
     func release(_ url: String) {
-        let gate = state.withLock { state -> CheckedContinuation<Void, Never>? in
+        let gate = state.withLockedValue { state -> CheckedContinuation<Void, Never>? in
             state.heldURLs.remove(url)
             return state.gates.removeValue(forKey: url)
         }
         gate?.resume()
     }
 
-    var calls: [String] { state.withLock { $0.calls } }
+    var calls: [String] { state.withLockedValue { $0.calls } }
     var plays: [String] { calls.filter { $0.hasPrefix("play ") } }
 
     /// Waits until a resolve of `url` is parked.
     func waitUntilHeld(_ url: String) async {
-        while state.withLock({ $0.gates[url] == nil }) { try? await Task.sleep(for: .milliseconds(2)) }
+        while state.withLockedValue({ $0.gates[url] == nil }) { try? await Task.sleep(for: .milliseconds(2)) }
     }
 
     func play(
         _ id: SessionID, url: String, startMS: Int64?, volume: Int, filters: Filters, normalize: Bool
     ) async throws(APIError) -> UInt64 {
         await gate("play:" + url)
-        return try state.withLock { state throws(APIError) -> UInt64 in
+        let playID = state.withLockedValue { state -> UInt64? in
             state.calls.append(
                 "play \(url)" + (startMS.map { " from \($0)" } ?? "")
                     + (filters.isEmpty ? "" : " " + SessionControl.filters(filters).description)
                     + (normalize ? "" : " unnormalized"))
-            if state.refuse.contains(url) {
-                throw APIError(status: .unprocessableContent, code: "source_not_found", message: "no such file")
-            }
+            guard !state.refuse.contains(url) else { return nil }
             defer { state.nextPlayID += 1 }
             return state.nextPlayID
         }
+        guard let playID else { throw APIError(status: .unprocessableContent, code: "source_not_found", message: "no such file") }
+        return playID
     }
 
     /// What was asked to follow the current play, in order ("url crossfade" or "none").
-    var nexts: [String] { state.withLock { $0.nexts } }
+    var nexts: [String] { state.withLockedValue { $0.nexts } }
 
     func next(_ id: SessionID, url: String?, crossfadeMS: Int) async throws(APIError) -> UInt64? {
-        state.withLock { state in
+        state.withLockedValue { state in
             state.nexts.append(url.map { "\($0) \(crossfadeMS)" } ?? "none")
             guard url != nil else { return nil }
             defer { state.nextPlayID += 1 }
@@ -83,15 +86,15 @@ final class ScriptedEngine: EngineControl {
 
     func control(_ id: SessionID, _ control: SessionControl) async throws(APIError) {
         await gate("control:" + control.name)
-        state.withLock { $0.calls.append(control.description) }
+        state.withLockedValue { $0.calls.append(control.description) }
     }
 
     /// Waits while `key` is held; a cancelled caller stops waiting (as a real request ends).
     private func gate(_ key: String) async {
-        guard state.withLock({ $0.heldURLs.contains(key) }) else { return }
+        guard state.withLockedValue({ $0.heldURLs.contains(key) }) else { return }
         await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
-                let parked = state.withLock { state -> Bool in
+                let parked = state.withLockedValue { state -> Bool in
                     guard !Task.isCancelled else { return false }
                     state.gates[key] = continuation
                     return true
@@ -99,18 +102,18 @@ final class ScriptedEngine: EngineControl {
                 if !parked { continuation.resume() }
             }
         } onCancel: {
-            state.withLock { $0.gates.removeValue(forKey: key) }?.resume()
+            state.withLockedValue { $0.gates.removeValue(forKey: key) }?.resume()
         }
     }
 
     /// Whose resolves were asked for, in order ("url for owner").
-    var resolves: [String] { state.withLock { $0.resolves } }
+    var resolves: [String] { state.withLockedValue { $0.resolves } }
 
     func resolve(_ url: String, owner: SessionID?) async throws(APIError) -> Resolution {
-        state.withLock { $0.resolves.append("\(url) for \(owner?.description ?? "nobody")") }
+        state.withLockedValue { $0.resolves.append("\(url) for \(owner?.description ?? "nobody")") }
         await gate(url)
         if Task.isCancelled {
-            state.withLock { $0.calls.append("called off \(url)") }
+            state.withLockedValue { $0.calls.append("called off \(url)") }
             throw .cancelled
         }
         if url.hasPrefix("bad") {
