@@ -92,9 +92,12 @@ test: deps-test
 	bin="$$($(RELEASE) --show-bin-path)" && cd bridges/discord && TONEARM_BIN_DIR="$$bin" python3 -m pytest -q
 
 ## The unit tests under ThreadSanitizer, then every end-to-end test against AddressSanitizer builds
-## of both executables (docs/reliability.md). Each has its own build folder (.build-tsan,
-## .build-asan); the first run builds every dependency again for each: about 9 and 18 minutes on
-## two cores. CI runs test-tsan; test-asan does not fit CI's time.
+## of both executables (docs/reliability.md). ThreadSanitizer instruments Tonearm's own modules
+## and tests (TONEARM_TSAN in Package.swift) on top of the debug build's dependencies, in
+## `.build`: after `make test`, it recompiles only Tonearm (under a minute here, where a build of
+## everything instrumented took 5 to 10), and the next `make test` recompiles it back. AddressSanitizer
+## has its own build folder (.build-asan), every dependency built again: about 18 minutes on two
+## cores. CI runs test-tsan; test-asan does not fit CI's time.
 UNIT_TESTS := AudioEngineTests|RouterTests|WireProtocolTests
 test-sanitizers: test-tsan test-asan
 
@@ -111,8 +114,8 @@ test-sanitizers: test-tsan test-asan
 ## ThreadSanitizer on a slow day): TimescaleTests, LoudnessTests, WireMessageDecoderTests.
 TSAN_SKIP := PacerTests|aSeekIsNotCountedAsLateFrames|changesWhileTheTicksTakeFramesLoseAndRepeatNothing|TimescaleTests|LoudnessTests|WireMessageDecoderTests
 test-tsan: deps-test
-	swift build --sanitize=thread --build-tests --scratch-path .build-tsan
-	TSAN_OPTIONS=halt_on_error=1 swift test --sanitize=thread --scratch-path .build-tsan --skip-build --no-parallel \
+	TONEARM_TSAN=1 swift build --build-tests
+	TONEARM_TSAN=1 TSAN_OPTIONS=halt_on_error=1 swift test --skip-build --no-parallel \
 		--filter '$(UNIT_TESTS)' --skip '$(TSAN_SKIP)'
 
 ## A memory error aborts the executable (every test using it fails) and leaves AddressSanitizer's

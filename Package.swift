@@ -240,3 +240,15 @@ if Context.environment["TONEARM_FUZZ"] != nil {
                 swiftSettings: swiftSettings + [.unsafeFlags(sanitize)], linkerSettings: [.unsafeFlags(sanitize)]))
     }
 }
+
+// ThreadSanitizer for the unit tests (`make test-tsan`), only when TONEARM_TSAN is set: Tonearm's
+// own modules and its test targets are compiled with `-sanitize=thread`, the dependencies as in
+// any debug build, so the TSan build shares `.build/debug` with `make test` and recompiles only
+// Tonearm's modules (about 2 minutes, instead of a third build of everything). Races inside a
+// dependency are that dependency's to find; what is instrumented is every access of Tonearm's.
+if Context.environment["TONEARM_TSAN"] != nil {
+    for target in package.targets where [.regular, .executable, .test].contains(target.type) {
+        target.swiftSettings = (target.swiftSettings ?? []) + [.unsafeFlags(["-sanitize=thread"])]
+        target.linkerSettings = (target.linkerSettings ?? []) + [.unsafeFlags(["-sanitize=thread"])]
+    }
+}

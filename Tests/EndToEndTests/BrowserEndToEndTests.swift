@@ -116,13 +116,14 @@ import TestSupport
         try await browse(cluster, "plain_http", arguments: ["--insecure"])
     }
 
-    /// Control → heard at p95 over 10 rounds, on both players: Media Source on a host-name origin
+    /// Control → heard at p95 over 5 rounds (10 for docs/architecture.md's table: `--rounds 10`;
+    /// every p95 measured there was under 310 ms, well inside the bound), on both players: Media Source on a host-name origin
     /// over plain HTTP, WebCodecs on 127.0.0.1 (a secure context). The figures are printed.
     @Test(arguments: [["--insecure"], []])
     func everyControlIsHeardWithin500Milliseconds(arguments: [String]) async throws {
         let cluster = try await cluster()
         defer { Task { [cluster] in await cluster.stop() } }
-        try await browse(cluster, "latency", arguments: arguments + ["--rounds", "10"])
+        try await browse(cluster, "latency", arguments: arguments + ["--rounds", "5"])
     }
 
     @Test func onPlainHTTPThePageFollowsAnEngineRestart() async throws {
