@@ -51,6 +51,7 @@ let package = Package(
         .target(
             name: "ServiceSupport",
             dependencies: [
+                "WireProtocol",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -138,7 +139,7 @@ let package = Package(
         .testTarget(
             name: "WireProtocolTests",
             dependencies: [
-                "WireProtocol",
+                "WireProtocol", "ServiceSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOTestUtils", package: "swift-nio"),
             ],

@@ -1,14 +1,11 @@
-// The one JSON configuration of both servers' own encoding: error bodies, WebSocket messages,
-// stored snapshots (Hummingbird encodes route answers with its own).
+// Both servers' own JSON beyond the wire: error bodies, WebSocket messages, stored snapshots,
+// with the one encoder configuration (`JSONFormat`, the same as the wire's event lines).
 public import Foundation
+public import WireProtocol
 
 public enum JSONCoding {
-    /// Sorted keys (stable bytes for tests and diffs), slashes unescaped (URLs stay readable).
-    public static let encoder: JSONEncoder = {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.withoutEscapingSlashes, .sortedKeys]
-        return encoder
-    }()
+    /// `JSONFormat.encoder`: sorted keys, slashes unescaped.
+    public static var encoder: JSONEncoder { JSONFormat.encoder }
 
     /// `value` as JSON text. The servers encode structs of strings, numbers and booleans, which
     /// cannot fail; `{}` stands in should one ever.

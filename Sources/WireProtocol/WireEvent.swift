@@ -118,7 +118,7 @@ public struct WireEvent: Hashable, Sendable, Codable {
     /// The event as one JSON object, without the trailing newline.
     public func jsonLine() -> String {
         // Encoding a struct of strings, numbers and booleans cannot fail.
-        let data = (try? WireEvent.encoder.encode(self)) ?? Data("{}".utf8)
+        let data = (try? JSONFormat.encoder.encode(self)) ?? Data("{}".utf8)
         return String(decoding: data, as: UTF8.self)
     }
 
@@ -133,11 +133,6 @@ public struct WireEvent: Hashable, Sendable, Codable {
         }
     }
 
-    private static let encoder: JSONEncoder = {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.withoutEscapingSlashes, .sortedKeys]
-        return encoder
-    }()
     private static let decoder = JSONDecoder()
 
     private static func explain(_ error: DecodingError) -> String {

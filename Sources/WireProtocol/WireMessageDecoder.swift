@@ -41,7 +41,7 @@ public struct WireMessageDecoder: NIOSingleStepByteToMessageDecoder {
         let line = view[view.startIndex..<newline]
         let event = try WireEvent(jsonLine: line)
         buffer.moveReaderIndex(forwardBy: line.count + 1)
-        return .event(event)
+        return .event(event, line: String(decoding: line, as: UTF8.self))
     }
 
     private func decodeAudio(_ buffer: inout ByteBuffer) throws(WireProtocolError) -> WireMessage? {

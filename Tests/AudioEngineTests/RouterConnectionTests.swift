@@ -34,7 +34,7 @@ import WireProtocol
         try processor.process(buffer: bytes) { message in
             switch message {
             case .audio(let packet): audio.append(packet.payload.getInteger(at: packet.payload.readerIndex)!)
-            case .event(let event): events.append(event.positionMS!)
+            case .event(let event, _): events.append(event.positionMS!)
             }
         }
         #expect(audio == Array(5..<15).map(UInt8.init))

@@ -52,18 +52,18 @@ import NIOCore
         let driver = try TickDriver()
         let id = try SessionID("s1")
         _ = try driver.manager.play(sessionID: id, url: "tone-880.mp3")
-        try driver.tick(until: { driver.messages.contains { if case .event(let e) = $0 { e.type == .finished } else { false } } })
+        try driver.tick(until: { driver.messages.contains { if case .event(let e, _) = $0 { e.type == .finished } else { false } } })
         let kinds = driver.messages.map { message -> String in
             switch message {
             case .audio: "a"
-            case .event(let event): event.type.rawValue
+            case .event(let event, _): event.type.rawValue
             }
         }
         #expect(kinds.first == "ready")
         #expect(kinds.last == "finished")
         #expect(kinds.dropFirst().dropLast().allSatisfy { $0 == "a" })
         #expect((10...12).contains(kinds.count - 2))
-        guard case .event(let finished) = driver.messages.last else { return }
+        guard case .event(let finished, _) = driver.messages.last else { return }
         #expect(finished.reason == .finished)
         #expect(try driver.manager.info(sessionID: id).state == .stopped)
     }
@@ -82,8 +82,8 @@ import NIOCore
             var processor = NIOSingleStepByteToMessageProcessor(WireMessageDecoder())
             var progress = 0
             try processor.process(buffer: batch.all) { message in
-                if case .event(let event) = message, event.type == .progress { progress += 1 }
-                if case .event(let event) = message, event.type == .finished { finished += 1 }
+                if case .event(let event, _) = message, event.type == .progress { progress += 1 }
+                if case .event(let event, _) = message, event.type == .finished { finished += 1 }
             }
             perTick.append(progress)
             Thread.sleep(forTimeInterval: 0.005)
@@ -111,12 +111,12 @@ import NIOCore
         let first = try driver.manager.play(sessionID: id, url: "tone-440.mp3")
         try driver.tick(until: { driver.messages.count > 10 })
         let second = try driver.manager.play(sessionID: id, url: "tone-880.mp3")
-        try driver.tick(until: { driver.messages.contains { if case .event(let e) = $0 { e.type == .ready && e.playID == second.playID } else { false } } })
+        try driver.tick(until: { driver.messages.contains { if case .event(let e, _) = $0 { e.type == .ready && e.playID == second.playID } else { false } } })
         let replacedAt = driver.messages.firstIndex {
-            if case .event(let e) = $0 { e.type == .finished && e.playID == first.playID && e.reason == .replaced } else { false }
+            if case .event(let e, _) = $0 { e.type == .finished && e.playID == first.playID && e.reason == .replaced } else { false }
         }
         let readyAt = driver.messages.firstIndex {
-            if case .event(let e) = $0 { e.type == .ready && e.playID == second.playID } else { false }
+            if case .event(let e, _) = $0 { e.type == .ready && e.playID == second.playID } else { false }
         }
         #expect(replacedAt != nil && readyAt != nil && replacedAt! < readyAt!)
     }
@@ -132,7 +132,7 @@ import NIOCore
         try driver.tick(5)
         let after = Array(driver.messages[before...])
         #expect(after.count == 1)
-        guard case .event(let event) = after.first else { Issue.record("expected the finished event"); return }
+        guard case .event(let event, _) = after.first else { Issue.record("expected the finished event"); return }
         #expect(event.type == .finished && event.reason == .stopped)
     }
 
@@ -166,7 +166,7 @@ import NIOCore
             driver.messages.compactMap { if case .audio(let p) = $0, p.sessionID == id { Array(p.payload.readableBytesView) } else { nil } }
         }
         func finished(_ driver: TickDriver) -> Bool {
-            driver.messages.contains { if case .event(let e) = $0 { e.type == .finished } else { false } }
+            driver.messages.contains { if case .event(let e, _) = $0 { e.type == .finished } else { false } }
         }
         let quiet = try TickDriver()
         let id = try SessionID("changes")
@@ -214,7 +214,7 @@ import NIOCore
         try "garbage".write(toFile: driver.directory.file("bad.mp3"), atomically: true, encoding: .utf8)
         _ = try driver.manager.play(sessionID: try SessionID("x"), url: "bad.mp3")
         try driver.tick(until: { driver.messages.count >= 2 })
-        let events = driver.messages.compactMap { if case .event(let e) = $0 { e } else { nil } }
+        let events = driver.messages.compactMap { if case .event(let e, _) = $0 { e } else { nil } }
         #expect(events.map(\.type) == [.error, .finished])
         #expect(events.last?.reason == .error)
         #expect(events.first?.message?.isEmpty == false)

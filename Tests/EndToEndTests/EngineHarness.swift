@@ -135,7 +135,7 @@ final class SocketRecorder: Sendable {
         let all = self.all
         guard start < all.count else { return [] }
         return all[start...].compactMap { entry in
-            guard case .event(let event) = entry.message, event.sessionID.description == session else { return nil }
+            guard case .event(let event, _) = entry.message, event.sessionID.description == session else { return nil }
             return (entry.at, event)
         }
     }

@@ -20,7 +20,7 @@ import Testing
         let channel = EmbeddedChannel()
         let reports = Reports()
         let sink = WebSocketSink(
-            eventLoop: channel.eventLoop, queueFrames: queueFrames, window: window, dropLimit: dropLimit,
+            eventLoop: channel.eventLoop, queueFrames: queueFrames, window: SlowClientWindow(frames: window, dropLimit: dropLimit),
             closeGrace: .seconds(1)
         ) { dropped, reason in reports.append(dropped, reason) }
         try channel.pipeline.syncOperations.addHandler(sink)

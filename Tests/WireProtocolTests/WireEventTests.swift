@@ -59,7 +59,7 @@ import WireProtocol
         #expect(written <= WireEvent.maxLineBytes)
         #expect(WireEvent.maxLineBytes < WireFormat.maxFrameLength)
         var decoder = WireMessageDecoder()
-        guard case .event(let decoded)? = try decoder.decode(buffer: &buffer) else {
+        guard case .event(let decoded, _)? = try decoder.decode(buffer: &buffer) else {
             Issue.record("the line did not decode as an event")
             return
         }

@@ -1,12 +1,13 @@
 import NIOCore
 import NIOTestUtils
+import ServiceSupport
 import Testing
 import WireProtocol
 
 @Suite struct WireMessageDecoderTests {
     /// A deterministic mixed stream: packets of varied sizes and ids, events with hostile text.
     static func stream(count: Int) throws -> (ByteBuffer, [WireMessage]) {
-        var generator = SplitMix(seed: 0x5EED)
+        var generator = SplitMix64(seed: 0x5EED)
         var buffer = ByteBuffer()
         var messages: [WireMessage] = []
         let ids = try ["1234567890123456789", "a", "guild-7", String(repeating: "z", count: 24)].map { try SessionID($0) }
@@ -40,7 +41,7 @@ import WireProtocol
     @Test func randomChunkingsAndSingleBytesYieldIdenticalMessages() throws {
         let (buffer, messages) = try Self.stream(count: 1_000)
         let bytes = Array(buffer.readableBytesView)
-        var generator = SplitMix(seed: 42)
+        var generator = SplitMix64(seed: 42)
         var chunkings: [[Int]] = [[1], [bytes.count]]
         for _ in 0..<30 { chunkings.append((0..<64).map { _ in 1 + Int(generator.next() % 700) }) }
         for sizes in chunkings {
@@ -115,18 +116,5 @@ import WireProtocol
             try processor.process(buffer: ByteBuffer(bytes: Array(good.readableBytesView) + [0xFF])) { out.append($0) }
         }
         #expect(out.count == 1)
-    }
-}
-
-/// A small deterministic generator so the streams are the same on every run.
-struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

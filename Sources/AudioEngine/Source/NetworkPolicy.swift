@@ -54,7 +54,7 @@ package struct NetworkPolicy: Sendable {
     /// Blocks on DNS: call it off event loops and the cooperative pool.
     func addresses(of host: String, port: Int) throws(APIError) -> [SocketAddress] {
         let bare = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
-        let numeric = Self.resolve(bare)
+        let numeric = AddressLookup.numeric(bare)
         guard !numeric.isEmpty else {
             throw .unprocessable("source_unreachable", "the host \"\(host)\" does not resolve to any address")
         }
@@ -71,25 +71,6 @@ package struct NetworkPolicy: Sendable {
             }
         }
         try result.get()
-    }
-
-    /// The numeric addresses `host` resolves to.
-    static func resolve(_ host: String) -> [String] {
-        var hints = addrinfo()
-        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        var result: UnsafeMutablePointer<addrinfo>?
-        guard getaddrinfo(host, nil, &hints, &result) == 0 else { return [] }
-        defer { freeaddrinfo(result) }
-        var addresses: [String] = []
-        var cursor = result
-        while let info = cursor {
-            var name = [CChar](repeating: 0, count: Int(NI_MAXHOST))
-            if getnameinfo(info.pointee.ai_addr, info.pointee.ai_addrlen, &name, socklen_t(name.count), nil, 0, NI_NUMERICHOST) == 0 {
-                addresses.append(String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
-            }
-            cursor = info.pointee.ai_next
-        }
-        return addresses
     }
 
     /// Whether a numeric IPv4 or IPv6 address is globally routable.

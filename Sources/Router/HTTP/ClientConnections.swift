@@ -95,8 +95,8 @@ struct ClientConnections {
         let logger = context.logger
         await Self.limitBuffering(channel)
         let sink = WebSocketSink(
-            eventLoop: channel.eventLoop, queueFrames: store.clientBufferFrames, window: store.slowWindowFrames,
-            dropLimit: store.slowDropLimit, closeGrace: closeGrace
+            eventLoop: channel.eventLoop, queueFrames: store.clientBufferFrames, window: store.newWindow(),
+            closeGrace: closeGrace
         ) { [store] dropped, reason in
             store.noteSlowClient(droppedFrames: dropped, disconnected: reason != nil)
             if let reason {
@@ -156,10 +156,9 @@ struct ClientConnections {
             if envelope.op == "state" {
                 reply.state = await controller.state
             } else {
-                try link.requireConnected(engine)
                 let command = try CommandParsing.command(envelope.op, arguments: CommandParsing.arguments(data))
-                if limited { try await directory.admitBrowser(command, on: id) }
-                reply.state = try await controller.perform(command)
+                reply.state = try await SessionCommands(directory: directory, link: link, engine: engine)
+                    .run(command, on: id, browser: limited)
             }
             reply.ok = true
         } catch {

@@ -124,13 +124,11 @@ struct RouterApplication {
         var request = request
         let body = try await request.collectBody(upTo: 64 * 1024)
         let command = try CommandParsing.command(name, arguments: CommandParsing.arguments(Data(body.readableBytesView)))
-        if !access.isBot(request) { try await directory.admitBrowser(command, on: id) }
-        return try await perform(command, on: id)
+        return try await perform(command, on: id, browser: !access.isBot(request))
     }
 
-    private func perform(_ command: SessionCommand, on id: SessionID) async throws -> Response {
-        try link.requireConnected(engine)
-        let state = try await directory.using(id) { try await $0.perform(command) }
+    private func perform(_ command: SessionCommand, on id: SessionID, browser: Bool = false) async throws -> Response {
+        let state = try await SessionCommands(directory: directory, link: link, engine: engine).run(command, on: id, browser: browser)
         // A play is accepted: its audio follows once the engine has opened the source. So is a
         // queued URL still resolving.
         let status: HTTPResponse.Status =

@@ -22,8 +22,7 @@ final class WebSocketSink: ChannelDuplexHandler, ClientSink, @unchecked Sendable
 
     let eventLoop: any EventLoop
     private let queueFrames: Int
-    private let window: Int
-    private let dropLimit: Int
+    private var window: SlowClientWindow
     private let closeGrace: TimeAmount
     /// Told on the loop how many frames were dropped, at the end of each window that dropped
     /// some, and once with the reason when the client is disconnected for staying behind.
@@ -32,21 +31,17 @@ final class WebSocketSink: ChannelDuplexHandler, ClientSink, @unchecked Sendable
     /// Messages waiting for the channel to become writable, oldest first.
     private var waiting = CircularBuffer<(bytes: ByteBuffer, audio: Bool)>()
     private var waitingAudio = 0
-    private var framesInWindow = 0
-    private var droppedInWindow = 0
-    private var droppedSinceReport: UInt64 = 0
     /// The client has been told to go (too slow, or the Router is stopping): nothing more is
     /// sent, and the connection is cut after the grace whatever the client does.
     private var leaving = false
 
     init(
-        eventLoop: any EventLoop, queueFrames: Int, window: Int, dropLimit: Int, closeGrace: TimeAmount,
+        eventLoop: any EventLoop, queueFrames: Int, window: SlowClientWindow, closeGrace: TimeAmount,
         report: @escaping @Sendable (_ dropped: UInt64, _ disconnectReason: String?) -> Void
     ) {
         self.eventLoop = eventLoop
         self.queueFrames = max(1, queueFrames)
         self.window = window
-        self.dropLimit = dropLimit
         self.closeGrace = closeGrace
         self.report = report
     }
@@ -82,19 +77,14 @@ final class WebSocketSink: ChannelDuplexHandler, ClientSink, @unchecked Sendable
             if audio { waitingAudio += 1 }
         }
         guard audio else { return }
-        framesInWindow += 1
-        if waitingAudio > queueFrames {
-            dropOldestAudio()
-            droppedInWindow += 1
-            droppedSinceReport += 1
-        }
-        if droppedInWindow > dropLimit {
-            disconnect(context)
-        } else if framesInWindow >= window {
-            if droppedSinceReport > 0 { report(droppedSinceReport, nil) }
-            framesInWindow = 0
-            droppedInWindow = 0
-            droppedSinceReport = 0
+        let lost = waitingAudio > queueFrames
+        if lost { dropOldestAudio() }
+        switch window.count(lost: lost) {
+        case .counting: break
+        case .windowEnded(let dropped): if dropped > 0 { report(UInt64(dropped), nil) }
+        case .tooSlow(let dropped, let reason):
+            report(UInt64(dropped), reason)
+            leave(context, code: 1008, reason: reason, grace: closeGrace)
         }
     }
 
@@ -119,13 +109,6 @@ final class WebSocketSink: ChannelDuplexHandler, ClientSink, @unchecked Sendable
             waiting.remove(at: index)
         }
         waitingAudio -= 1
-    }
-
-    /// Tells the client why, then cuts the connection if the close frame cannot get out either.
-    private func disconnect(_ context: ChannelHandlerContext) {
-        let reason = "too slow: lost \(droppedInWindow) of the last \(framesInWindow) audio frames"
-        report(droppedSinceReport, reason)
-        leave(context, code: 1008, reason: reason, grace: closeGrace)
     }
 
     /// The Router is stopping: the client is told so (1001) ahead of anything else waiting, and

@@ -54,22 +54,9 @@ final class TrustedProxies: Sendable {
 
     /// The current addresses of one name, each as a single-address network.
     static func lookUp(_ name: String) -> [IPNetwork] {
-        var hints = addrinfo()
-        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        var list: UnsafeMutablePointer<addrinfo>?
-        guard getaddrinfo(name, nil, &hints, &list) == 0 else { return [] }
-        defer { freeaddrinfo(list) }
         var found: [IPNetwork] = []
-        var entry = list
-        while let current = entry {
-            var host = [CChar](repeating: 0, count: Int(NI_MAXHOST))
-            if getnameinfo(current.pointee.ai_addr, current.pointee.ai_addrlen, &host, socklen_t(host.count), nil, 0, NI_NUMERICHOST) == 0,
-                let network = IPNetwork(String(decoding: host.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)),
-                !found.contains(network)
-            {
-                found.append(network)
-            }
-            entry = current.pointee.ai_next
+        for network in AddressLookup.numeric(name).compactMap(IPNetwork.init) where !found.contains(network) {
+            found.append(network)
         }
         return found
     }

@@ -3,6 +3,7 @@
 // auto-advance, starts a new generation; a result that arrives for an older generation (a late
 // `ready`, a late `finished`, a resolve that completed after the user moved on) is dropped.
 // Inputs return the action the Router carries out; nothing here does I/O.
+import ServiceSupport
 
 /// A track in a queue.
 struct Track: Sendable, Equatable, Codable {
@@ -213,7 +214,7 @@ struct SessionQueue: Sendable, Equatable, Codable {
         case .shuffle(let seed):
             let start = (current ?? -1) + 1
             guard tracks.count - start > 1 else { return .none }
-            var generator = SeededGenerator(seed: seed)
+            var generator = SplitMix64(seed: seed)
             tracks[start...].shuffle(using: &generator)
             return .updated
 
@@ -277,18 +278,5 @@ struct SessionQueue: Sendable, Equatable, Codable {
         count == 0
             ? "index \(index) does not exist: the queue is empty"
             : "index \(index) does not exist: the queue has positions 0 to \(count - 1)"
-    }
-}
-
-/// A small deterministic generator, so a shuffle can be replayed in tests.
-struct SeededGenerator: RandomNumberGenerator {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

@@ -55,8 +55,7 @@ package final class SessionStore: Sendable {
         let since: Date
         /// Called once, outside the lock's work, when the client has lost too many frames.
         let onSlow: @Sendable (String) -> Void
-        var framesInWindow = 0
-        var droppedInWindow = 0
+        var window: SlowClientWindow
         var slow = false
     }
 
@@ -117,6 +116,9 @@ package final class SessionStore: Sendable {
         self.slowDropLimit = slowDropLimit
     }
 
+    /// A new client's slow-client window.
+    func newWindow() -> SlowClientWindow { SlowClientWindow(frames: slowWindowFrames, dropLimit: slowDropLimit) }
+
     /// Every event routed from now on is also yielded here (to the session controllers).
     func forwardEvents(to continuation: AsyncStream<WireEvent>.Continuation) {
         eventSink.withLock { $0 = continuation }
@@ -176,7 +178,8 @@ package final class SessionStore: Sendable {
     ) -> Subscription {
         let (stream, continuation) = AsyncStream<ClientMessage>.makeStream(
             bufferingPolicy: .bufferingNewest(clientBufferFrames))
-        let token = add(Subscriber(output: .stream(continuation), kind: kind, since: Date(), onSlow: onSlow), to: id)
+        let token = add(
+            Subscriber(output: .stream(continuation), kind: kind, since: Date(), onSlow: onSlow, window: newWindow()), to: id)
         continuation.onTermination = { [weak self] _ in self?.unsubscribe(id, token: token) }
         return Subscription(sessionID: id, token: token, messages: stream)
     }
@@ -184,7 +187,7 @@ package final class SessionStore: Sendable {
     /// Subscribes a client written on its event loop; returns the token to unsubscribe with.
     /// The sink keeps its own slow-client window and reports through `noteSlowClient`.
     package func subscribe(_ id: SessionID, kind: ClientKind, sink: any ClientSink) -> UInt64 {
-        add(Subscriber(output: .sink(sink), kind: kind, since: Date(), onSlow: { _ in }), to: id)
+        add(Subscriber(output: .sink(sink), kind: kind, since: Date(), onSlow: { _ in }, window: newWindow()), to: id)
     }
 
     private func add(_ subscriber: Subscriber, to id: SessionID) -> UInt64 {
@@ -256,8 +259,9 @@ package final class SessionStore: Sendable {
         switch message {
         case .audio(let packet):
             publish(packet.sessionID, .audio(packet.payload), event: nil)
-        case .event(let event):
-            publish(event.sessionID, .event(event.jsonLine()), event: event)
+        case .event(let event, let line):
+            // Passed on as the engine wrote it: the Router changes nothing in an engine event.
+            publish(event.sessionID, .event(line), event: event)
             eventSink.withLock { _ = $0?.yield(event) }
         }
     }
@@ -298,18 +302,10 @@ package final class SessionStore: Sendable {
             if case .dropped = continuation.yield(message) { lost = true } else { lost = false }
             guard isFrame else { continue }
             if lost { counters.slowClientDrops += 1 }
-            entry.subscribers.values[index].framesInWindow += 1
-            entry.subscribers.values[index].droppedInWindow += lost ? 1 : 0
-            let subscriber = entry.subscribers.values[index]
-            if subscriber.droppedInWindow > slowDropLimit {
+            if case .tooSlow(_, let reason) = entry.subscribers.values[index].window.count(lost: lost) {
                 entry.subscribers.values[index].slow = true
                 counters.slowClientDisconnects += 1
-                slow.append(
-                    (subscriber,
-                     "too slow: lost \(subscriber.droppedInWindow) of the last \(subscriber.framesInWindow) audio frames"))
-            } else if subscriber.framesInWindow >= slowWindowFrames {
-                entry.subscribers.values[index].framesInWindow = 0
-                entry.subscribers.values[index].droppedInWindow = 0
+                slow.append((entry.subscribers.values[index], reason))
             }
         }
         if isFrame {

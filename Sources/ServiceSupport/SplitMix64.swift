@@ -1,0 +1,17 @@
+// A small deterministic random number generator (SplitMix64): the same seed gives the same
+// numbers on every run, so a shuffle can be replayed and a test's inputs are the same each time.
+
+/// SplitMix64, after Steele, Lea and Flood (2014).
+package struct SplitMix64: RandomNumberGenerator, Sendable {
+    private var state: UInt64
+
+    package init(seed: UInt64) { state = seed }
+
+    package mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
