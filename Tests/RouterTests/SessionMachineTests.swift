@@ -1,0 +1,125 @@
+// The session's decisions without an actor, a socket or a clock: inputs in, actions out, each
+// step checked. The same races the controller tests replay through the actor, here one input at a
+// time (the time is given with each input).
+import EngineAPI
+import Foundation
+import ServiceSupport
+import Testing
+import WireProtocol
+
+@testable import TonearmRouter
+
+@Suite struct SessionMachineTests {
+    let id = try! SessionID("guild-1")
+    let start = ContinuousClock.now
+
+    /// A short description of each action, to compare whole steps.
+    func describe(_ actions: [SessionMachine.Action]) -> [String] {
+        actions.map { action in
+            switch action {
+            case .call(let call):
+                switch call.kind {
+                case .play(let url, let startMS, _, _, _, let generation): "play \(url) from \(startMS ?? 0) g\(generation)"
+                case .control(let control, _): "control \(control.name)"
+                case .next(let ask): "next \(ask.url ?? "none") after \(ask.after)"
+                }
+            case .resolve(let lookup, let url): "resolve #\(lookup) \(url)"
+            case .callOff(let lookup): "call off #\(lookup)"
+            case .broadcast(let json): json.contains("\"type\":\"error\"") ? "error" : "state"
+            case .persist: "persist"
+            case .finish(let request, let outcome):
+                switch outcome {
+                case .success: "answer \(request)"
+                case .failure(let error): "refuse \(request) \(error.code)"
+                }
+            }
+        }
+    }
+
+    func calls(_ actions: [SessionMachine.Action]) -> [SessionMachine.Call] {
+        actions.compactMap { if case .call(let call) = $0 { call } else { nil } }
+    }
+
+    func ready(_ playID: UInt64) -> WireEvent {
+        WireEvent(type: .ready, sessionID: id, playID: playID, title: "T", durationMS: 30_000, positionMS: 0)
+    }
+
+    @Test func aPlayIsResolvedThenStartedAndItsCallerAnsweredWhenTheEngineHasIt() throws {
+        var machine = SessionMachine(id: id, snapshot: SessionSnapshot(), now: start)
+        #expect(describe(machine.handle(.command(.play(url: "a.mp3"), request: 1, shuffleSeed: 0), now: start)) == ["resolve #1 a.mp3"])
+        #expect(machine.view(at: start).resolving == [PendingTrack(url: "a.mp3", command: "play")])
+        let resolved = machine.handle(.resolved(lookup: 1, .success(Resolution(url: "a.mp3", title: "A"))), now: start)
+        #expect(describe(resolved) == ["state", "persist", "play a.mp3 from 0 g1"])
+        let play = try #require(calls(resolved).first)
+        // The ready that beats the play's answer waits for it; the answer then settles both.
+        #expect(describe(machine.handle(.event(ready(7)), now: start)).isEmpty)
+        let answered = machine.handle(.answered(play, .success(7)), now: start)
+        #expect(describe(answered) == ["state", "persist", "state", "persist", "answer 1"])
+        #expect(machine.view(at: start).status == "playing" && machine.activePlayID == 7)
+    }
+
+    @Test func stopCallsOffAPlayStillResolvingAndItsCallerIsToldSuperseded() {
+        var machine = SessionMachine(id: id, snapshot: SessionSnapshot(), now: start)
+        _ = machine.handle(.command(.play(url: "slow.mp3"), request: 1, shuffleSeed: 0), now: start)
+        let stop = machine.handle(.command(.stop, request: 2, shuffleSeed: 0), now: start)
+        #expect(describe(stop) == ["call off #1", "refuse 1 superseded", "answer 2"])
+        // The engine's late answer for the called-off lookup changes nothing.
+        #expect(describe(machine.handle(.resolved(lookup: 1, .success(Resolution(url: "slow.mp3"))), now: start)).isEmpty)
+        #expect(machine.isIdle)
+    }
+
+    @Test func aCallerAnsweredEarlyHearsTheRefusalWithEveryClient() {
+        var machine = SessionMachine(id: id, snapshot: SessionSnapshot(), now: start)
+        _ = machine.handle(.command(.enqueue(url: "bad.mp3"), request: 1, shuffleSeed: 0), now: start)
+        #expect(describe(machine.handle(.answerEarly(request: 1), now: start)) == ["state", "persist", "answer 1"])
+        let refusal = APIError.unprocessable("unresolvable", "nothing there")
+        let late = machine.handle(.resolved(lookup: 1, .failure(refusal)), now: start)
+        #expect(describe(late) == ["error", "state", "persist"])
+        if case .broadcast(let json) = late.first { #expect(json.contains("\"url\":\"bad.mp3\"")) }
+        #expect(machine.view(at: start).resolving.isEmpty)
+    }
+
+    @Test func anEngineRefusalStopsTheQueueAndRefusesTheCaller() throws {
+        var machine = SessionMachine(id: id, snapshot: SessionSnapshot(), now: start)
+        _ = machine.handle(.command(.play(url: "gone.mp3"), request: 1, shuffleSeed: 0), now: start)
+        let play = try #require(calls(machine.handle(.resolved(lookup: 1, .success(Resolution(url: "gone.mp3"))), now: start)).first)
+        let refused = machine.handle(
+            .answered(play, .failure(APIError.unprocessable("source_not_found", "no such file"))), now: start)
+        #expect(describe(refused).last == "refuse 1 source_not_found")
+        #expect(machine.view(at: start).status == "idle")
+    }
+
+    /// The next track is asked for once the play's id is known and it plays; when the engine
+    /// joins it (its `ready`), the queue moves on without a play of its own.
+    @Test func theNextTrackIsAskedForAndItsJoinMovesTheQueueOn() throws {
+        var snapshot = SessionSnapshot()
+        _ = snapshot.queue.handle(.enqueue([Track(url: "a.mp3"), Track(url: "b.mp3")], autoplay: false))
+        var machine = SessionMachine(id: id, snapshot: snapshot, now: start)
+        let jump = machine.handle(.command(.jump(index: 0), request: 1, shuffleSeed: 0), now: start)
+        let play = try #require(calls(jump).first)
+        #expect(describe(machine.handle(.answered(play, .success(1)), now: start)).last == "answer 1")
+        // Its ready: playing, and the track after it is asked for (an engine call: the caller runs it).
+        let readied = machine.handle(.event(ready(1)), now: start)
+        let ask = try #require(calls(readied).first)
+        #expect(describe(readied) == ["state", "persist", "next b.mp3 after 1"])
+        #expect(describe(machine.handle(.answered(ask, .success(2)), now: start)).isEmpty)
+        // The engine joined play 2: b is current, no play call, and nothing follows it.
+        let joined = machine.handle(.event(ready(2)), now: start)
+        #expect(describe(joined) == ["state", "persist"])
+        #expect(machine.view(at: start).current == 1 && machine.activePlayID == 2)
+    }
+
+    @Test func thePositionMovesWithTheClockAtTheTimescalesRate() throws {
+        var machine = SessionMachine(id: id, snapshot: SessionSnapshot(), now: start)
+        _ = machine.handle(.command(.play(url: "a.mp3"), request: 1, shuffleSeed: 0), now: start)
+        let play = try #require(calls(machine.handle(.resolved(lookup: 1, .success(Resolution(url: "a.mp3"))), now: start)).first)
+        _ = machine.handle(.answered(play, .success(1)), now: start)
+        _ = machine.handle(.event(ready(1)), now: start)
+        #expect(machine.position(at: start + .seconds(3)) == 3_000)
+        let filters = machine.handle(
+            .command(.filters(Filters(timescale: Timescale(speed: 2))), request: 2, shuffleSeed: 0), now: start + .seconds(3))
+        let control = try #require(calls(filters).first)
+        _ = machine.handle(.answered(control, .success(nil)), now: start + .seconds(3))
+        #expect(machine.position(at: start + .seconds(4)) == 5_000, "a second at speed 2 after three at 1")
+    }
+}
