@@ -1,0 +1,29 @@
+// What the session store hands a session's clients, and who they are: the messages (Opus or text),
+// the kinds of client, and the sink a WebSocket client is written through.
+import NIOCore
+
+/// What a client receives: an Opus packet (binary message) or JSON (text message).
+package enum ClientMessage: Sendable {
+    case audio(ByteBuffer)
+    case event(String)
+}
+
+/// Who is listening.
+package enum ClientKind: String, Sendable, CaseIterable, Codable {
+    /// A playground tab (`/ws`).
+    case browser
+    /// A per-guild bot connection (`/bot`).
+    case bot
+    /// An Ogg Opus listener (`/listen`).
+    case listener
+}
+
+/// A client written directly on its channel's event loop (a WebSocket connection).
+package protocol ClientSink: AnyObject, Sendable {
+    var eventLoop: any EventLoop { get }
+    /// The bytes `message` goes out as; computed once per message for all sinks of a loop.
+    func encode(_ message: ClientMessage) -> ByteBuffer
+    /// Called on `eventLoop`, in publish order. An audio frame may be dropped (the sink keeps
+    /// its own slow-client window); events are not.
+    func deliver(_ bytes: ByteBuffer, audio: Bool)
+}
