@@ -62,7 +62,7 @@ import Testing
             #expect(send())
             fill()
         }
-        #expect(playback.outbox.withLockedValue { $0.bufferedFrames } == lead)
+        #expect(playback.machine.withLockedValue { $0.bufferedFrames } == lead)
         var taken = 0
         playback.afterRenderingAgain = {
             guard taken < pacerTakes else { return }
@@ -124,7 +124,7 @@ import Testing
             playback.fill(lead: 2, passthroughLead: 10, encoder: OpusEncoderConfiguration(), metrics: EngineMetrics(), network: nil)
             return playback
         }
-        func buffered(_ playback: Playback) -> Int { playback.outbox.withLockedValue { $0.bufferedFrames } }
+        func buffered(_ playback: Playback) -> Int { playback.machine.withLockedValue { $0.bufferedFrames } }
         func take(_ playback: Playback) {
             while case .opened = playback.nextOutboxItem() {}
         }
@@ -157,7 +157,7 @@ import Testing
         func fill(_ claim: UInt64?) {
             playback.fill(lead: 2, encoder: OpusEncoderConfiguration(), metrics: EngineMetrics(), network: nil, claim: claim)
         }
-        func buffered() -> Int { playback.outbox.withLockedValue { $0.bufferedFrames } }
+        func buffered() -> Int { playback.machine.withLockedValue { $0.bufferedFrames } }
         func frame() -> [UInt8]? {
             while let item = playback.nextOutboxItem() {
                 if case .frame(let packet, _, _, _) = item { return packet }
@@ -175,7 +175,7 @@ import Testing
         #expect(takeover != queued)
         fill(takeover)
         #expect(buffered() == 2)
-        #expect(playback.outbox.withLockedValue { !$0.filling && !$0.renderAgain })
+        #expect(playback.machine.withLockedValue { !$0.filling && !$0.renderAgain })
         // The next tick claims again; then the old job's turn comes: it finds its claim gone,
         // encodes nothing and leaves the new claim standing for the new job.
         _ = frame()
@@ -183,10 +183,10 @@ import Testing
         let next = try #require(playback.claimFillNumber(refillAt: 1))
         fill(queued)
         #expect(buffered() == 1)
-        #expect(playback.outbox.withLockedValue { $0.filling && !$0.fillRunning })
+        #expect(playback.machine.withLockedValue { $0.filling && !$0.fillRunning })
         fill(next)
         #expect(buffered() == 2)
-        #expect(playback.outbox.withLockedValue { !$0.filling })
+        #expect(playback.machine.withLockedValue { !$0.filling })
         _ = frame()
         // The frames after the change are at the new volume: −20 dB against the first one heard.
         let decoder = try OpusDecoder()
@@ -195,9 +195,9 @@ import Testing
 
         // A fill under way reads changes as it goes; it is not taken over.
         let running = try #require(playback.claimFillNumber(refillAt: Int.max))
-        playback.outbox.withLockedValue { $0.fillRunning = true }
+        playback.machine.withLockedValue { $0.fillRunning = true }
         #expect(playback.claimOrTakeOverFill() == nil)
-        playback.outbox.withLockedValue { $0.fillRunning = false }
+        playback.machine.withLockedValue { $0.fillRunning = false }
         fill(running)
         #expect(buffered() == 2)
     }
@@ -229,7 +229,7 @@ import Testing
             #expect(send())
             fill()
         }
-        let waiting = { playback.outbox.withLockedValue { box in box.items.compactMap { item -> Bool? in
+        let waiting = { playback.machine.withLockedValue { box in box.items.compactMap { item -> Bool? in
             if case .frame(_, let passthrough, _, _) = item { return passthrough }
             return nil
         } } }
@@ -238,7 +238,7 @@ import Testing
         fill()
         // The first waiting packet stays; the rest are the renderer's now.
         #expect(waiting() == [true] + Array(repeating: false, count: lead - 1))
-        #expect(playback.outbox.withLockedValue { $0.renderAgain } == false)
+        #expect(playback.machine.withLockedValue { $0.renderAgain } == false)
         while send() { fill() }
 
         let heard = pacer.heard

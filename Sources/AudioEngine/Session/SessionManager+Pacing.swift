@@ -107,7 +107,7 @@ extension SessionManager {
         guard session.machine.handle(.opened(playID: playback.playID)) == .emitReady else { return }
         ready(
             id, playback.playID, url: playback.url, info: info,
-            displayName: playback.outbox.withLockedValue { $0.source?.displayName }, passthrough: passthrough, &session,
+            displayName: playback.source?.displayName, passthrough: passthrough, &session,
             into: &batch)
     }
 
