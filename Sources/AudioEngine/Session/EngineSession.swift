@@ -1,5 +1,10 @@
-// What the engine keeps per session id, under the manager's lock.
+// What the engine keeps per session id, under the manager's lock, and what each command does to
+// it: the state machine's answer, the events owed, the position and track fields reset. The
+// manager carries the answers out (cancels and closes plays, queues events, schedules work);
+// the tick's side is in EngineSession+Tick.swift.
 import EngineAPI
+import HTTPTypes
+import ServiceSupport
 import WireProtocol
 
 /// One engine session: its state machine, its current play and what is known of it.
@@ -50,4 +55,94 @@ struct EngineSession {
     }
 
     var positionMS: Int64 { MediaTime.sum(positionBaseMS, min(sourceMicrosSinceBase, 1 << 50) / 1_000) }
+
+    /// The position counts again from `position`: a play's start, a seek, a joined track.
+    mutating func restartPosition(atMS position: Int64) {
+        positionBaseMS = position
+        framesSinceBase = 0
+        sourceMicrosSinceBase = 0
+    }
+
+    /// `playback` becomes the session's play. Returns the play it replaces (to cancel and close)
+    /// and the events owed for what it ends: the replaced play's `finished`, the play fading
+    /// under it and the play asked to follow it.
+    mutating func start(
+        _ playback: Playback, _ id: SessionID, url: String, startMS: Int64, metadata: TrackMetadata?
+    ) -> (replaced: Playback?, events: [WireEvent]) {
+        var events: [WireEvent] = []
+        if case .start(let replacing) = machine.handle(.play(playID: playback.playID)), let replacing {
+            events.append(SessionManager.finished(id, replacing, .replaced))
+        }
+        events += owedEnds(id, .replaced)
+        let replaced = self.playback
+        self.playback = playback
+        self.url = url
+        self.metadata = metadata
+        title = nil
+        durationMS = nil
+        passthrough = false
+        restartPosition(atMS: startMS)
+        // Until the play's first frame goes out, an empty deadline is its start-up, not lateness.
+        playStarted = false
+        lastChange = .now
+        return (replaced, events)
+    }
+
+    /// Stops the session's play: the play to cancel and close, and the events owed. Nil when
+    /// nothing was playing (a stop is idempotent).
+    mutating func stop(_ id: SessionID) -> (playID: UInt64, stopped: Playback?, events: [WireEvent])? {
+        guard case .stop(let playID) = machine.handle(.stop) else { return nil }
+        let stopped = playback
+        playback = nil
+        lastChange = .now
+        return (playID, stopped, [SessionManager.finished(id, playID, .stopped)] + owedEnds(id, .stopped))
+    }
+
+    /// A seek the state machine allowed: the position the play seeks to (the requested one,
+    /// within the track), counted from there.
+    mutating func seek(toMS requested: Int64) -> Int64 {
+        let target = durationMS.map { min(requested, $0) } ?? requested
+        restartPosition(atMS: target)
+        // What was encoded is dropped: until the first frame at the target goes out, an empty
+        // deadline is the seek's latency, as at a play's start, not a late frame.
+        playStarted = false
+        return target
+    }
+
+    /// `playID` is asked to follow the session's play: the play that carries it, and the event
+    /// owed for the ask it replaces (`finished`/`replaced`). Refused when nothing plays.
+    mutating func ask(next playID: UInt64, _ id: SessionID) throws(APIError) -> (playback: Playback, events: [WireEvent]) {
+        guard machine.hasActivePlay, let playback else {
+            throw APIError(status: .conflict, code: "invalid_state", message: "nothing is playing on this session to follow")
+        }
+        let events = nextPlayID.map { [SessionManager.finished(id, $0, .replaced)] } ?? []
+        nextPlayID = playID
+        return (playback, events)
+    }
+
+    /// The play asked to follow is called off: its `finished`/`stopped`, or nil when none is
+    /// asked (or it is already heard).
+    mutating func callOffNext(_ id: SessionID) -> WireEvent? {
+        guard let next = nextPlayID else { return nil }
+        nextPlayID = nil
+        return SessionManager.finished(id, next, .stopped)
+    }
+
+    /// Whether a session idle since `lastChange` goes at `now`: the play to cancel and close
+    /// (a paused one) and the events owed, or nil while it stays.
+    mutating func expire(_ id: SessionID, now: ContinuousClock.Instant, idleTimeout: Duration)
+        -> (ended: Playback?, events: [WireEvent])?
+    {
+        guard now - lastChange >= idleTimeout, case .remove(let playID) = machine.handle(.idleTimeout) else { return nil }
+        guard let playID else { return (nil, []) }
+        return (playback, [SessionManager.finished(id, playID, .cleanup)] + owedEnds(id, .cleanup))
+    }
+
+    /// What the control API and `/sessions` show of the session.
+    func info(_ id: SessionID) -> SessionInfo {
+        SessionInfo(
+            sessionID: id, state: machine.state, playID: machine.playID, url: url, title: title,
+            thumbnail: metadata?.thumbnail, durationMS: durationMS, positionMS: positionMS, volume: volume,
+            passthrough: passthrough, frames: counters, filters: filters.isEmpty ? nil : filters, normalize: normalize)
+    }
 }

@@ -27,24 +27,26 @@ package final class SessionManager: Sendable {
     let state = Mutex(State())
     private let resolver: SourceResolver
     let configuration: PlaybackConfiguration
-    let workers: NIOThreadPool
-    private let openers: NIOThreadPool
+    /// Where plays are filled and closed.
+    let fills: FillScheduler
     let logger: Logger
     let metrics: EngineMetrics
-    /// Where page resolves run after `play` has answered; it must run as a service for them to.
-    private let background: BackgroundTasks
+    /// Where a play's source is resolved and opened.
+    private let sources: SourceOpener
 
     package init(
         resolver: SourceResolver, configuration: PlaybackConfiguration, workers: NIOThreadPool,
         openers: NIOThreadPool? = nil, background: BackgroundTasks = BackgroundTasks(),
         metrics: EngineMetrics = EngineMetrics(), logger: Logger
     ) {
-        self.background = background
         self.metrics = metrics
         self.resolver = resolver
         self.configuration = configuration
-        self.workers = workers
-        self.openers = openers ?? workers
+        let fills = FillScheduler(
+            workers: workers, openers: openers ?? workers, configuration: configuration, metrics: metrics,
+            network: resolver.network)
+        self.fills = fills
+        sources = SourceOpener(resolver: resolver, background: background, fills: fills)
         self.logger = logger
     }
 
@@ -80,29 +82,16 @@ package final class SessionManager: Sendable {
                 filters: session.filters, normalize: session.normalize, loudnessTarget: configuration.loudnessTarget,
                 source: ready)
             state.nextPlayID += 1
-            if case .start(let replacing) = session.machine.handle(.play(playID: playback.playID)), let replacing {
-                session.playback?.cancel()
-                state.pendingEvents.append(Self.finished(sessionID, replacing, .replaced))
-            }
-            state.pendingEvents += session.owedEnds(sessionID, .replaced)
-            replaced = session.playback
-            session.playback = playback
-            session.url = url
-            session.metadata = ready?.metadata
-            session.title = nil
-            session.durationMS = nil
-            session.passthrough = false
-            session.positionBaseMS = startMS
-            session.framesSinceBase = 0
-            session.sourceMicrosSinceBase = 0
-            session.playStarted = false
-            session.lastChange = .now
+            let started = session.start(playback, sessionID, url: url, startMS: startMS, metadata: ready?.metadata)
+            started.replaced?.cancel()
+            replaced = started.replaced
+            state.pendingEvents += started.events
             state.sessions[sessionID] = session
             return playback
         }
-        retire([replaced].compactMap { $0 })
+        fills.retire([replaced].compactMap { $0 })
         logger.info("play", metadata: ["session.id": "\(sessionID)", "play.id": "\(playback.playID)", "url": "\(url)"])
-        open(plan, for: playback, owner: playback.cancellation, fail: playback.fail) { source in
+        sources.open(plan, for: playback, owner: playback.cancellation, fail: playback.fail) { source in
             playback.provide(source)
             self.state.withLock { state in
                 if state.sessions[sessionID]?.playback === playback {
@@ -126,14 +115,10 @@ package final class SessionManager: Sendable {
         if case .ready(let source) = plan { ready = source }
         let (playback, next) = try state.withLock { state throws(APIError) -> (Playback, NextPlay) in
             guard var session = state.sessions[sessionID] else { throw Self.unknown(sessionID) }
-            guard session.machine.hasActivePlay, let playback = session.playback else {
-                throw APIError(
-                    status: .conflict, code: "invalid_state", message: "nothing is playing on this session to follow")
-            }
             let playID = state.nextPlayID
+            let (playback, events) = try session.ask(next: playID, sessionID)
             state.nextPlayID += 1
-            if let replaced = session.nextPlayID { state.pendingEvents.append(Self.finished(sessionID, replaced, .replaced)) }
-            session.nextPlayID = playID
+            state.pendingEvents += events
             let next = NextPlay(
                 playID: playID, url: url, fadeFloats: Int(2 * MediaTime.samples(ms: Int64(crossfadeMS))),
                 metadata: ready?.metadata, source: ready)
@@ -144,7 +129,7 @@ package final class SessionManager: Sendable {
         let playID = next.playID
         logger.info(
             "next", metadata: ["session.id": "\(sessionID)", "play.id": "\(playID)", "url": "\(url)", "crossfade.ms": "\(crossfadeMS)"])
-        open(plan, for: playback, owner: next.cancellation, fail: { playback.failNext($0, playID: playID) }) {
+        sources.open(plan, for: playback, owner: next.cancellation, fail: { playback.failNext($0, playID: playID) }) {
             playback.provideNext($0, playID: playID)
         }
         return NextQueued(sessionID: sessionID, playID: playID, crossfadeMS: crossfadeMS)
@@ -154,35 +139,12 @@ package final class SessionManager: Sendable {
     func cancelNext(sessionID: SessionID) throws(APIError) -> NextQueued {
         try state.withLock { state throws(APIError) -> NextQueued in
             guard var session = state.sessions[sessionID] else { throw Self.unknown(sessionID) }
-            if let next = session.nextPlayID {
+            if let calledOff = session.callOffNext(sessionID) {
                 session.playback?.setNext(nil)
-                session.nextPlayID = nil
-                state.pendingEvents.append(Self.finished(sessionID, next, .stopped))
+                state.pendingEvents.append(calledOff)
                 state.sessions[sessionID] = session
             }
             return NextQueued(sessionID: sessionID, playID: nil, crossfadeMS: nil)
-        }
-    }
-
-    /// Hands a playback's source to an opener: at once for a file or a direct URL; a page is
-    /// resolved by yt-dlp in the background first, and `provide` (or `fail`) gets the result.
-    /// The resolution is called off when `owner` fires (the play it serves was stopped or replaced).
-    private func open(
-        _ plan: SourceResolver.Plan, for playback: Playback, owner: CancellationSignal,
-        fail: @escaping @Sendable (any Error) -> Void, provide: @escaping @Sendable (ResolvedSource) -> Void
-    ) {
-        guard case .page(let page) = plan else {
-            schedule([playback], on: openers)
-            return
-        }
-        let session = playback.sessionID.description
-        background.spawn(owner: owner) { [resolver] in
-            do {
-                provide(try await resolver.resolvePage(page, owner: session))
-                self.schedule([playback], on: self.openers)
-            } catch {
-                fail(error)
-            }
         }
     }
 
@@ -191,19 +153,14 @@ package final class SessionManager: Sendable {
     func stop(sessionID: SessionID) -> Bool {
         var retired: Playback?
         let stopped = state.withLock { state -> UInt64? in
-            guard var session = state.sessions[sessionID],
-                case .stop(let playID) = session.machine.handle(.stop)
-            else { return nil }
-            session.playback?.cancel()
-            retired = session.playback
-            session.playback = nil
-            session.lastChange = .now
+            guard var session = state.sessions[sessionID], let stop = session.stop(sessionID) else { return nil }
+            stop.stopped?.cancel()
+            retired = stop.stopped
             state.sessions[sessionID] = session
-            state.pendingEvents.append(Self.finished(sessionID, playID, .stopped))
-            state.pendingEvents += session.owedEnds(sessionID, .stopped)
-            return playID
+            state.pendingEvents += stop.events
+            return stop.playID
         }
-        retire([retired].compactMap { $0 })
+        fills.retire([retired].compactMap { $0 })
         if let stopped { logger.info("stop", metadata: ["session.id": "\(sessionID)", "play.id": "\(stopped)"]) }
         return stopped != nil
     }
@@ -229,14 +186,7 @@ package final class SessionManager: Sendable {
             // A long pause outlived the signed stream URL: resolve the page again and carry on
             // from the same position.
             logger.info("stream URL expired; resolving again", metadata: ["session.id": "\(sessionID)"])
-            background.spawn(owner: playback.cancellation) { [resolver] in
-                do {
-                    playback.reopen(with: try await resolver.resolvePage(page, owner: sessionID.description), atMS: position)
-                    self.schedule([playback], on: self.openers)
-                } catch {
-                    playback.fail(error)
-                }
-            }
+            sources.reopen(playback, page: page, atMS: position)
         }
         return info
     }
@@ -245,19 +195,12 @@ package final class SessionManager: Sendable {
         guard (0...MediaTime.maxMS).contains(requested) else {
             throw .badRequest("invalid_position", "\"position_ms\" must be from 0 to \(MediaTime.maxMS), got \(requested)")
         }
-        var target = requested
         let info = try transition(sessionID, .seek, playID: playID) { session, id in
-            if let duration = session.durationMS { target = min(target, duration) }
+            let target = session.seek(toMS: requested)
             session.playback?.requestSeek(toMS: target)
-            session.positionBaseMS = target
-            session.framesSinceBase = 0
-            session.sourceMicrosSinceBase = 0
-            // What was encoded is dropped: until the first frame at the target goes out, an empty
-            // deadline is the seek's latency, as at a play's start, not a late frame.
-            session.playStarted = false
             return WireEvent(type: .seeked, sessionID: id, playID: session.machine.playID, positionMS: target)
         }
-        if let playback = state.withLock({ $0.sessions[sessionID]?.playback }) { schedule([playback], on: workers) }
+        if let playback = state.withLock({ $0.sessions[sessionID]?.playback }) { fills.schedule([playback], on: .workers) }
         return info
     }
 
@@ -301,53 +244,16 @@ package final class SessionManager: Sendable {
             guard var session = state.sessions[sessionID] else { throw Self.unknown(sessionID) }
             change(&session, &state)
             state.sessions[sessionID] = session
-            return (Self.info(sessionID, session), session.playback)
+            return (session.info(sessionID), session.playback)
         }
-        if let playback, let claim = playback.claimOrTakeOverFill() { schedule(claimed: [(playback, claim)], on: openers) }
+        if let playback, let claim = playback.claimOrTakeOverFill() { fills.schedule(claimed: [(playback, claim)], on: .openers) }
         return info
-    }
-
-    func info(sessionID: SessionID) throws(APIError) -> SessionInfo {
-        try state.withLock { state throws(APIError) -> SessionInfo in
-            guard let session = state.sessions[sessionID] else { throw Self.unknown(sessionID) }
-            return Self.info(sessionID, session)
-        }
-    }
-
-    /// Sessions listed per hold of the lock: the tick waits for at most one chunk's copy.
-    static let listChunk = 128
-
-    /// Every session, sorted by id. Read a chunk at a time and sorted outside the lock, so a
-    /// listing of thousands of sessions never holds the pacer's tick for longer than its own work.
-    func list() -> [SessionInfo] {
-        let ids = state.withLock { Array($0.sessions.keys) }
-        var infos: [(key: String, info: SessionInfo)] = []
-        infos.reserveCapacity(ids.count)
-        for start in stride(from: 0, to: ids.count, by: Self.listChunk) {
-            let chunk = ids[start..<min(start + Self.listChunk, ids.count)]
-            let listed = state.withLock { state in
-                chunk.compactMap { id in state.sessions[id].map { Self.info(id, $0) } }
-            }
-            for info in listed { infos.append((info.sessionID.description, info)) }
-        }
-        return infos.sorted { $0.key < $1.key }.map(\.info)
     }
 
     /// Stops every session (graceful shutdown).
     func stopAll() {
         let ids = state.withLock { Array($0.sessions.keys) }
         for id in ids { stop(sessionID: id) }
-    }
-
-    var totals: FrameCounters { state.withLock { $0.totals } }
-
-    /// Session counts by state.
-    var countsByState: [SessionState: Int] {
-        state.withLock { state in
-            var counts = Dictionary(uniqueKeysWithValues: SessionState.allCases.map { ($0, 0) })
-            for session in state.sessions.values { counts[session.machine.state, default: 0] += 1 }
-            return counts
-        }
     }
 
     // MARK: Helpers
@@ -361,49 +267,6 @@ package final class SessionManager: Sendable {
         session.progressPhase = (state.sessionsCreated &* 31) % max(configuration.progressInterval, 1)
         state.sessionsCreated &+= 1
         return session
-    }
-
-    /// Closes ended plays' sources on an opener thread: closing (FFmpeg, the read-ahead thread)
-    /// can block, and must never happen on the pacer thread or an event loop.
-    func retire(_ playbacks: [Playback]) {
-        guard !playbacks.isEmpty else { return }
-        openers.submit { _ in
-            for playback in playbacks { playback.close() }
-        }
-    }
-
-    /// Runs fill jobs on a thread pool (never on Swift's cooperative pool: they block in C).
-    /// Refill jobs a tick submits at most: enough to keep every worker busy and balanced, few
-    /// enough that thousands of passthrough sessions do not cost thousands of thread-pool
-    /// submissions and wake-ups every 20 ms (profiled: at 3,000 sessions the pacer fell behind).
-    static let refillJobsPerTick = 16
-
-    func schedule(_ playbacks: [Playback], on pool: NIOThreadPool) {
-        schedule(claimed: playbacks.compactMap { playback in playback.claimFillNumber(refillAt: Int.max).map { (playback, $0) } }, on: pool)
-    }
-
-    /// Runs a fill for each play already claimed, with the number of its claim.
-    func schedule(claimed: [(Playback, UInt64)], on pool: NIOThreadPool) {
-        guard !claimed.isEmpty else { return }
-        let lead = configuration.leadFrames
-        let passthroughLead = configuration.passthroughLeadFrames
-        let encoder = configuration.encoder
-        let metrics = metrics
-        let network = resolver.network
-        // Openers keep the engine's priority: a play's first frames are encoded there.
-        let nice = pool === workers ? configuration.workerNice : 0
-        let perJob = (claimed.count + Self.refillJobsPerTick - 1) / Self.refillJobsPerTick
-        for start in stride(from: 0, to: claimed.count, by: perJob) {
-            let job = claimed[start..<min(start + perJob, claimed.count)]
-            pool.submit { _ in
-                if nice != 0 { ThreadPriority.ensureNice(nice) }
-                for (playback, claim) in job {
-                    playback.fill(
-                        lead: lead, passthroughLead: passthroughLead, encoder: encoder, metrics: metrics, network: network,
-                        claim: claim)
-                }
-            }
-        }
     }
 
     /// Applies a control input that may be refused; on success queues the event `make` builds.
@@ -429,17 +292,8 @@ package final class SessionManager: Sendable {
             session.lastChange = .now
             state.sessions[id] = session
             state.pendingEvents.append(event)
-            return Self.info(id, session)
+            return session.info(id)
         }
-    }
-
-    private static func info(_ id: SessionID, _ session: EngineSession) -> SessionInfo {
-        SessionInfo(
-            sessionID: id, state: session.machine.state, playID: session.machine.playID, url: session.url,
-            title: session.title, thumbnail: session.metadata?.thumbnail, durationMS: session.durationMS,
-            positionMS: session.positionMS, volume: session.volume, passthrough: session.passthrough,
-            frames: session.counters, filters: session.filters.isEmpty ? nil : session.filters,
-            normalize: session.normalize)
     }
 
     private static func checkVolume(_ volume: Int) throws(APIError) {
@@ -448,7 +302,7 @@ package final class SessionManager: Sendable {
         }
     }
 
-    private static func unknown(_ id: SessionID) -> APIError {
+    static func unknown(_ id: SessionID) -> APIError {
         APIError(status: .notFound, code: "session_not_found", message: "no session \"\(id)\" on this engine")
     }
 

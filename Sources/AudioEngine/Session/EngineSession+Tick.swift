@@ -1,0 +1,145 @@
+// A session's side of a pacer tick, as decisions on the value: what each item its play's worker
+// left in the outbox means for the session (its state, position and track), which events go
+// into the tick's batch and in what order, and how the tick's deadline is counted. The manager
+// walks its sessions and carries out the rest (metrics, logs, refills, closing ended plays).
+import EngineAPI
+import ServiceSupport
+import WireProtocol
+
+/// What one session's tick leaves for the manager to carry out.
+struct SessionTick {
+    /// How the tick's deadline went for the session (sent, nulled, late).
+    var counted = FrameCounters()
+    /// The play failed with this error (already in the batch as `error` then `finished`).
+    var failed: APIError?
+    /// The play ended (ran out, failed): it is off the session, to be closed.
+    var ended: Playback?
+}
+
+extension EngineSession {
+    /// Moves the leading markers and at most one frame of the session's play into the batch,
+    /// counts the deadline's outcome, and takes an ended play off the session.
+    mutating func tick(
+        _ id: SessionID, into batch: inout TickBatch, lateTicks: UInt64, progressInterval: UInt64
+    ) -> SessionTick {
+        var outcome = SessionTick()
+        guard let playback else { return outcome }
+        let playing = machine.state
+        guard playing == .streaming || playing == .extracting else { return outcome }
+        if playing == .streaming && playStarted { outcome.counted.deficit = lateTicks }
+        while true {
+            guard let head = playback.nextOutboxItem() else {
+                if machine.state == .streaming && playStarted { outcome.counted.nulled += 1 }
+                break
+            }
+            switch head {
+            case .opened(let info, let passthrough):
+                opened(id, playback, info: info, passthrough: passthrough, into: &batch)
+                continue  // a marker: the frame, if any, follows it in this tick
+            case .frame(let packet, let passthrough, let sourceMicros, _):
+                if batch.append(packet, for: id) { outcome.counted.sent = 1 } else { outcome.counted.nulled = 1 }
+                sent(id, passthrough: passthrough, sourceMicros: sourceMicros, progressInterval: progressInterval, into: &batch)
+            case .end(let reason, let error):
+                outcome.failed = ended(id, playback, reason: reason, error: error, into: &batch)
+                outcome.ended = playback
+            case .handover(let next, let info, let passthrough):
+                joined(id, next, info: info, passthrough: passthrough, into: &batch)
+                continue
+            case .previousEnded(let playID):
+                if fadingPlayID == playID {
+                    fadingPlayID = nil
+                    batch.append(SessionManager.finished(id, playID, .finished))
+                }
+                continue
+            case .nextFailed(let playID, let error):
+                if nextPlayID == playID { nextPlayID = nil }
+                batch.append(WireEvent(type: .error, sessionID: id, playID: playID, code: error.code, message: error.message))
+                batch.append(SessionManager.finished(id, playID, .error))
+                continue
+            }
+            break
+        }
+        counters.add(outcome.counted)
+        return outcome
+    }
+
+    /// The play's source opened: `ready`, with what is known of the track.
+    private mutating func opened(
+        _ id: SessionID, _ playback: Playback, info: MediaInfo, passthrough: Bool, into batch: inout TickBatch
+    ) {
+        guard machine.handle(.opened(playID: playback.playID)) == .emitReady else { return }
+        ready(
+            id, playback.playID, url: playback.url, info: info, displayName: playback.source?.displayName,
+            passthrough: passthrough, into: &batch)
+    }
+
+    /// The session's play is heard from the next frame: what is known of its track, and `ready`.
+    private mutating func ready(
+        _ id: SessionID, _ playID: UInt64, url: String, info: MediaInfo, displayName: String?, passthrough: Bool,
+        into batch: inout TickBatch
+    ) {
+        title = metadata?.title ?? info.title ?? displayName
+        durationMS = metadata?.durationMS ?? info.durationMS
+        self.passthrough = passthrough
+        lastChange = .now
+        batch.append(
+            WireEvent(
+                type: .ready, sessionID: id, playID: playID, url: url, title: title, durationMS: durationMS,
+                positionMS: positionMS, volume: volume, passthrough: passthrough))
+    }
+
+    /// The next play joined the current one: it is the session's play, `ready` says so, and the
+    /// previous one's `finished` follows once its last samples are out.
+    private mutating func joined(
+        _ id: SessionID, _ next: NextPlay, info: MediaInfo, passthrough: Bool, into batch: inout TickBatch
+    ) {
+        guard let previous = machine.playID,
+            machine.handle(.joined(previous: previous, next: next.playID)) == .emitReady
+        else { return }
+        fadingPlayID = previous
+        if nextPlayID == next.playID { nextPlayID = nil }
+        url = next.url
+        metadata = next.metadata
+        restartPosition(atMS: 0)
+        ready(
+            id, next.playID, url: next.url, info: info, displayName: next.source?.displayName, passthrough: passthrough,
+            into: &batch)
+    }
+
+    /// A frame went into the batch: the position moves on, `progress` once a second.
+    private mutating func sent(
+        _ id: SessionID, passthrough: Bool, sourceMicros: Int, progressInterval: UInt64, into batch: inout TickBatch
+    ) {
+        playStarted = true
+        framesSinceBase += 1
+        sourceMicrosSinceBase += Int64(sourceMicros)
+        self.passthrough = passthrough
+        if (framesSinceBase &+ progressPhase) % max(progressInterval, 1) == 0 {
+            batch.append(WireEvent(type: .progress, sessionID: id, playID: machine.playID, positionMS: positionMS))
+        }
+    }
+
+    /// The play ran out or failed: `finished`, or `error` then `finished` (the error returned).
+    private mutating func ended(
+        _ id: SessionID, _ playback: Playback, reason: FinishReason, error: APIError?, into batch: inout TickBatch
+    ) -> APIError? {
+        let playID = machine.playID ?? playback.playID
+        let input: SessionStateMachine.Input = reason == .finished ? .ended(playID: playID) : .failed(playID: playID)
+        var failed: APIError?
+        switch machine.handle(input) {
+        case .finish:
+            batch.append(SessionManager.finished(id, playID, .finished))
+        case .fail:
+            let error = error ?? APIError.wrap(MediaError(kind: .decodeFailed, message: "the play failed"))
+            batch.append(WireEvent(type: .error, sessionID: id, playID: playID, code: error.code, message: error.message))
+            batch.append(SessionManager.finished(id, playID, .error))
+            failed = error
+        default:
+            break
+        }
+        for event in owedEnds(id, reason) { batch.append(event) }
+        self.playback = nil
+        lastChange = .now
+        return failed
+    }
+}
