@@ -35,44 +35,23 @@ final class Pipeline {
     /// The source time the last packet covers, in microseconds: 20,000 but under a timescale.
     private(set) var lastSourceMicros = 20_000
 
-    // Opus sources: the libopus decoder used while transcoding.
-    private var opusSource = false
-    private var opusDecoder: OpusDecoder?
-    /// Decoded source samples waiting to be played: an Opus source's packets decode into it, and a
-    /// timescale turned off hands back what it took but did not play. Played before the source.
-    private var decoded: [Float] = []
-    private var scratch: [Float] = []
-    private var previousPacket: [UInt8]?
-    /// After a seek: compressed packets that start before this are skipped.
-    private var skipPacketsBeforeMS: Int64?
+    /// The track's own samples (decoded ahead, put back, an Opus source decoded on demand).
+    private var samples: SourceSamples
     /// Whether the last packet went out untouched.
     private(set) var passthrough = false
-    /// Interleaved floats of the source read since its start: where the track is, in samples.
-    private var sourcePosition: Int64 = 0
 
-    /// The track that plays after this one, opened ahead, and how the two join.
-    struct Following {
-        let playID: UInt64
-        let pipeline: Pipeline
-        /// Interleaved floats over which the two are mixed; 0 joins them on the sample.
-        let fadeFloats: Int
-    }
+    /// The next track, and how far the join with it is.
+    private var join = TrackJoin()
+    typealias Following = TrackJoin.Following
     /// Set while the play has a next track; fixed once the join has begun.
-    private(set) var following: Following?
-    /// The join in progress: floats of the fade done, of how many.
-    private var fade: (done: Int, total: Int)?
+    var following: Following? { join.following }
     /// The next track's samples on their way into a joined frame.
     private var joinFrame: [Float] = []
     /// What the last packet holds of a join: the next track's first samples (`joinStarted`), the
     /// last of this track's (`joinCompleted`). Once completed, `handOver()` gives the next track's
     /// pipeline, which carries on with this one's renderer.
-    private(set) var joinStarted = false
-    private(set) var joinCompleted = false
-
-    private let packetsSkipped: CoreMetrics.Counter?
-    /// Invalid packets in a row; this many (a second's worth) end the play as corrupt.
-    private var invalidInARow = 0
-    static let invalidPacketsLimit = 50
+    var joinStarted: Bool { join.started }
+    var joinCompleted: Bool { join.completed }
 
     /// Opens a file at once (and seeks to `startMS`); a network source starts opening on a thread
     /// of its own, and `open()` says when it is ready.
@@ -83,7 +62,7 @@ final class Pipeline {
     ) throws {
         renderer = FrameRenderer(
             encoder: configuration, loudnessTarget: loudnessTarget, keep: lead, encodeTime: metrics?.encodeTime)
-        packetsSkipped = metrics?.sourcePacketsSkipped
+        samples = SourceSamples(packetsSkipped: metrics?.sourcePacketsSkipped)
         self.startMS = startMS
         if source.isNetwork {
             guard let network else {
@@ -136,7 +115,7 @@ final class Pipeline {
     private func start(_ decoder: MediaDecoder) throws {
         info = decoder.info
         renderer.taggedLoudness = decoder.info.taggedLoudness
-        opusSource = decoder.info.isOpusStereo48k
+        samples.opusSource = decoder.info.isOpusStereo48k
         if startMS > 0 { try seek(toMS: startMS) }
     }
 
@@ -147,13 +126,10 @@ final class Pipeline {
     }
 
     /// Whether a join with the next track has begun (it can no longer be changed or called off).
-    var isJoining: Bool { fade != nil }
+    var isJoining: Bool { join.isJoining }
 
     /// Plays `next` after this track (nil: nothing follows). Ignored once the join has begun.
-    func setFollowing(_ next: Following?) {
-        guard fade == nil else { return }
-        following = next
-    }
+    func setFollowing(_ next: Following?) { join.follow(with: next) }
 
     /// The next track's pipeline, carrying on with this one's renderer (one encoder across the
     /// join, so nothing restarts there) and timescale. Call once the join completed, or after
@@ -164,8 +140,7 @@ final class Pipeline {
         renderer.startTrack(taggedLoudness: next.info?.taggedLoudness)
         next.timescale = timescale
         next.lastSourceMicros = lastSourceMicros
-        following = nil
-        fade = nil
+        join.handedOver()
         return next
     }
 
@@ -178,28 +153,25 @@ final class Pipeline {
         let settings = RenderSettings(volume: volume, filters: filters, normalize: normalize)
         setTimescale(filters.timescale)
         renderer.apply(settings)
-        joinStarted = false
-        joinCompleted = false
+        join.newPacket()
         do {
-            if opusSource && renderer.leavesUnchanged(volume: volume) && decoded.isEmpty && timescale == nil
-                && fade == nil && !fadeBegins
+            if samples.opusSource && renderer.leavesUnchanged(volume: volume) && samples.decoded.isEmpty
+                && timescale == nil && !join.isJoining && !fadeBegins
             {
                 let packet: CompressedPacket
-                switch try nextSourcePacket(decoder) {
+                switch try samples.nextPacket(decoder) {
                 case .end: return .end
                 case .pending: return .pending
                 case .value(let next): packet = next
                 }
                 if OpusPacket.isSingle20msFrame(packet.data) {
-                    opusDecoder = nil
+                    samples.passedThrough(packet.data)
                     passthrough = true
-                    sourcePosition += Int64(OpusEncoder.frameFloats)
                     renderer.passedThrough()
-                    previousPacket = packet.data
                     lastSourceMicros = 20_000
                     return .value(packet.data)
                 }
-                try decodeIntoFIFO(packet.data)
+                try samples.decode(packet.data)
             }
             if timescale != nil {
                 switch try stretchedFrame(decoder) {
@@ -227,39 +199,33 @@ final class Pipeline {
         let needed = OpusEncoder.frameFloats
         if frame.count != needed { frame = [Float](repeating: 0, count: needed) }
         guard let next = following?.pipeline, next.isReady else {
-            switch try readSourceFrame(decoder, into: &frame) {
+            switch try samples.readFrame(decoder, into: &frame) {
             case .value: return .value(())
             case .end: return .end
             case .pending: return .pending
             }
         }
         if joinFrame.count != needed { joinFrame = [Float](repeating: 0, count: needed) }
-        if fade == nil && fadeBegins, let floats = following?.fadeFloats {
-            fade = (0, floats)
-            joinStarted = true
-        }
-        if let (done, total) = fade {
+        if fadeBegins { join.beginFade() }
+        if join.isJoining {
             // The next track's frame first: if it is not there yet, none of this one's is taken.
             switch try next.readOwnFrame(into: &joinFrame) {
             case .pending: return .pending
             case .end: joinFrame.withUnsafeMutableBufferPointer { $0.update(repeating: 0) }
             case .value: break
             }
-            switch try readSourceFrame(decoder, into: &frame) {
+            switch try samples.readFrame(decoder, into: &frame) {
             case .pending:
                 next.unread(joinFrame[...])
                 return .pending
             case .end: frame.withUnsafeMutableBufferPointer { $0.update(repeating: 0) }
             case .value: break
             }
-            Self.crossfade(&frame, with: joinFrame, from: done, of: total)
-            fade = (done + needed, total)
-            // This track is cut where the fade ends, whatever is left of it.
-            if done + needed >= total { joinCompleted = true }
+            join.mix(&frame, with: joinFrame)
             return .value(())
         }
         let valid: Int
-        switch try readSourceFrame(decoder, into: &frame) {
+        switch try samples.readFrame(decoder, into: &frame) {
         case .pending: return .pending
         case .end: valid = 0
         case .value(let count): valid = count
@@ -281,106 +247,21 @@ final class Pipeline {
             }
         }
         next.unread(joinFrame[(needed - valid)...])
-        fade = (0, 0)
-        joinStarted = true
-        joinCompleted = true
+        join.joinOnTheSample()
         return .value(())
     }
 
-    /// Whether the fade into the next track starts with the next frame: the next track is open,
-    /// a fade is asked for, and this track's known duration ends within it.
-    private var fadeBegins: Bool {
-        guard fade == nil, let following, following.fadeFloats > 0, following.pipeline.isReady,
-            let duration = info?.durationMS, duration > 0
-        else { return false }
-        let end = 2 * MediaTime.samples(ms: duration)
-        return sourcePosition + Int64(OpusEncoder.frameFloats) > end - Int64(following.fadeFloats)
-    }
-
-    /// Equal-power curves: this track's level falls as the cosine, the next one's rises as the
-    /// sine, so the sum keeps its loudness through the fade. `done` and `total` are in floats.
-    static func crossfade(_ frame: inout [Float], with next: [Float], from done: Int, of total: Int) {
-        let pairs = min(frame.count, next.count) / 2
-        for pair in 0..<pairs {
-            let progress = min(Float(done / 2 + pair) / Float(max(total / 2, 1)), 1)
-            let out = cos(progress * .pi / 2), into = sin(progress * .pi / 2)
-            for channel in 0..<2 {
-                let index = pair * 2 + channel
-                frame[index] = frame[index] * out + next[index] * into
-            }
-        }
-    }
+    /// Whether the fade into the next track starts with the next frame.
+    private var fadeBegins: Bool { join.fadeBegins(position: samples.position, durationMS: info?.durationMS) }
 
     /// The next 20 ms of this track's own samples (the next track's side of a join).
     private func readOwnFrame(into frame: inout [Float]) throws -> Next<Int> {
         guard case .ready(let decoder) = stage else { return .pending }
-        return try readSourceFrame(decoder, into: &frame)
+        return try samples.readFrame(decoder, into: &frame)
     }
 
     /// Samples read but not used go back in front of the source.
-    private func unread(_ samples: ArraySlice<Float>) {
-        guard !samples.isEmpty else { return }
-        decoded = Array(samples) + decoded
-        sourcePosition -= Int64(samples.count)
-    }
-
-    /// The next 20 ms of decoded source: what is waiting in `decoded` first, then the source's.
-    /// Says how many floats are the source's (the last frame is padded with silence).
-    private func readSourceFrame(_ decoder: MediaDecoder, into frame: inout [Float]) throws -> Next<Int> {
-        let needed = OpusEncoder.frameFloats
-        if !opusSource && decoded.isEmpty {
-            let next = try decoder.readFrame(into: &frame)
-            if case .value(let count) = next { sourcePosition += Int64(count) }
-            return next
-        }
-        while decoded.count < needed {
-            let next: Next<Void>
-            if opusSource {
-                switch try nextSourcePacket(decoder) {
-                case .value(let packet):
-                    try decodeIntoFIFO(packet.data)
-                    next = .value(())
-                case .end: next = .end
-                case .pending: next = .pending
-                }
-            } else {
-                switch try decoder.readFrame(into: &scratch) {
-                case .value(let count):
-                    decoded += scratch[..<count]
-                    next = .value(())
-                case .end: next = .end
-                case .pending: next = .pending
-                }
-            }
-            switch next {
-            case .value: continue
-            case .pending: return .pending
-            case .end:
-                guard !decoded.isEmpty else { return .end }
-                // The final partial frame, padded with silence.
-                let valid = decoded.count
-                decoded.append(contentsOf: repeatElement(0, count: needed - decoded.count))
-                copyFirstFrame(into: &frame)
-                sourcePosition += Int64(valid)
-                return .value(valid)
-            }
-        }
-        copyFirstFrame(into: &frame)
-        sourcePosition += Int64(needed)
-        return .value(needed)
-    }
-
-    private func copyFirstFrame(into frame: inout [Float]) {
-        let needed = OpusEncoder.frameFloats
-        if frame.count != needed { frame = [Float](repeating: 0, count: needed) }
-        frame.withUnsafeMutableBufferPointer { out in
-            decoded.withUnsafeBufferPointer { source in
-                guard let to = out.baseAddress, let from = source.baseAddress else { return }
-                to.update(from: from, count: needed)
-            }
-        }
-        decoded.removeFirst(needed)
-    }
+    private func unread(_ read: ArraySlice<Float>) { samples.unread(read) }
 
     /// The next frame through the timescale stage into `pcm`, and the source time it covers.
     private func stretchedFrame(_ decoder: MediaDecoder) throws -> Next<Int> {
@@ -418,9 +299,7 @@ final class Pipeline {
             timescale = nil
             // After the source's end this is its last moments and the silence that pushed them.
             sourceEnded = false
-            // An Opus source goes back to passthrough once `decoded` is empty: whole frames only
-            // (less than 20 ms of the source is skipped).
-            decoded = opusSource ? Array(released.prefix(released.count / OpusEncoder.frameFloats * OpusEncoder.frameFloats)) + decoded : released + decoded
+            samples.putBack(released)
             return
         }
         if timescale == nil {
@@ -444,18 +323,7 @@ final class Pipeline {
     /// through the renderer. `previous` is the packet the listener hears just before them; the
     /// decoder is primed with it so the first decoded frame continues it.
     func takeBack(_ packets: [[UInt8]], after previous: [UInt8]) throws {
-        let decoder = try OpusDecoder()
-        _ = try? decoder.decode(previous)
-        var samples: [Float] = []
-        samples.reserveCapacity(packets.count * OpusEncoder.frameFloats)
-        for packet in packets {
-            // Each went out as one valid-looking 20 ms frame; one libopus refuses is 20 ms of silence.
-            let frame = (try? decoder.decode(packet)) ?? []
-            samples += frame.count == OpusEncoder.frameFloats ? frame : [Float](repeating: 0, count: OpusEncoder.frameFloats)
-        }
-        decoded = samples + decoded
-        opusDecoder = decoder
-        previousPacket = packets.last ?? previous
+        try samples.takeBack(packets, after: previous)
         passthrough = false
     }
 
@@ -467,73 +335,9 @@ final class Pipeline {
         } catch {
             throw APIError.unplayable(error)
         }
-        decoded.removeAll(keepingCapacity: true)
-        sourcePosition = 2 * MediaTime.samples(ms: positionMS)
+        samples.seeked(toMS: positionMS)
         renderer.forget()
         if let settings = timescale?.settings { timescale = TimescaleStage(settings) }
         sourceEnded = false
-        opusDecoder = nil
-        previousPacket = nil
-        skipPacketsBeforeMS = opusSource ? positionMS : nil
-    }
-
-    private func nextSourcePacket(_ decoder: MediaDecoder) throws(MediaError) -> Next<CompressedPacket> {
-        while true {
-            let next = try decoder.readPacket()
-            guard case .value(let packet) = next else { return next }
-            if let skip = skipPacketsBeforeMS, let at = packet.positionMS, at + 10 < skip { continue }
-            skipPacketsBeforeMS = nil
-            return next
-        }
-    }
-
-    /// Decodes a source packet into the FIFO. A packet libopus refuses (corrupt, or larger than
-    /// any valid one) is skipped and counted, as a player skips a damaged frame; a second of them
-    /// in a row ends the play with a clear error.
-    private func decodeIntoFIFO(_ packet: [UInt8]) throws {
-        let decoder: OpusDecoder
-        if let opusDecoder {
-            decoder = opusDecoder
-        } else {
-            // Switching from passthrough mid-stream: prime a fresh decoder with the packet the
-            // listener heard last, so the first decoded frame continues it smoothly.
-            decoder = try OpusDecoder()
-            if let previousPacket { _ = try? decoder.decode(previousPacket) }
-            opusDecoder = decoder
-        }
-        do {
-            decoded += try decoder.decode(packet)
-        } catch {
-            packetsSkipped?.increment()
-            invalidInARow += 1
-            guard invalidInARow < Self.invalidPacketsLimit else {
-                throw APIError.unplayable(
-                    MediaError(kind: .decodeFailed, message: "\(Self.invalidPacketsLimit) packets in a row are not valid Opus"))
-            }
-            return
-        }
-        invalidInARow = 0
-        previousPacket = packet
-    }
-}
-
-/// Reading the TOC byte of an Opus packet (RFC 6716, section 3.1).
-enum OpusPacket {
-    /// A code-0 packet's one frame is at most 1,275 bytes (RFC 6716, section 3.2.1).
-    static let maxSingleFramePacket = 1 + 1_275
-
-    /// Whether `packet` holds exactly one frame of 20 ms, of a size a valid packet can have.
-    static func isSingle20msFrame(_ packet: [UInt8]) -> Bool {
-        guard let toc = packet.first, packet.count <= maxSingleFramePacket else { return false }
-        let config = Int(toc >> 3)
-        let frameCount = toc & 0x3
-        guard frameCount == 0 else { return false }
-        let duration10us: Int
-        switch config {
-        case 0...11: duration10us = [1000, 2000, 4000, 6000][config % 4]  // SILK: 10, 20, 40, 60 ms
-        case 12...15: duration10us = [1000, 2000][config % 2]  // Hybrid: 10, 20 ms
-        default: duration10us = [250, 500, 1000, 2000][config % 4]  // CELT: 2.5, 5, 10, 20 ms
-        }
-        return duration10us == 2000
     }
 }
