@@ -130,7 +130,8 @@ test-asan: deps-test
 		swift test --skip-build --no-parallel --filter EndToEndTests; status=$$?; \
 	if ls .build-asan/reports/asan.* >/dev/null 2>&1; then cat .build-asan/reports/asan.*; exit 1; fi; exit $$status
 
-## The load tool against release builds (docs/benchmarks.md): about 25 minutes on two cores.
+## The load tool against release builds (docs/benchmarks.md): about 35 minutes on two cores
+## (2,038 s on 2026-11-26).
 ## BENCH_ARGS picks rows and sizes, e.g. make bench BENCH_ARGS="--rows pacing --pacing-seconds 60".
 bench: deps
 	$(RELEASE)
