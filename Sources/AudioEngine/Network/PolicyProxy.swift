@@ -114,6 +114,9 @@ private final class ProxyConnection: ChannelInboundHandler, RemovableChannelHand
             pending.append(part)
             state = .connecting(pending: pending)
         case .forwarding(let upstream):
+            // A second request on this connection would go to the first one's host: the answer
+            // says `Connection: close`, so a client that sends one anyway gets nothing.
+            if case .head = part { return }
             upstream.writeAndFlush(Self.clientPart(part), promise: nil)
         case .done:
             break
@@ -178,7 +181,10 @@ private final class ProxyConnection: ChannelInboundHandler, RemovableChannelHand
             .connectTimeout(network.connectTimeout)
             .channelInitializer { upstream in
                 upstream.eventLoop.makeCompletedFuture {
-                    if !tunnel { try upstream.pipeline.syncOperations.addHandler(HTTPRequestEncoder()) }
+                    if !tunnel {
+                        try upstream.pipeline.syncOperations.addHandler(HTTPRequestEncoder())
+                        try upstream.pipeline.syncOperations.addHandler(ClosingResponseHead())
+                    }
                     try upstream.pipeline.syncOperations.addHandler(Relay(to: client))
                 }
             }
