@@ -260,7 +260,17 @@ started=$(date +%s.%N)
 compose stop >/dev/null 2>&1 || fail "docker-compose stop failed"
 took=$(python3 -c "print(round($(date +%s.%N) - $started, 1))")
 python3 -c "import sys; sys.exit(0 if $took < 10 else 1)" && ok "both stopped in $took s" || fail "stopping took $took s"
-for service in engine router https; do
+# When each service ended, counted from the stop: the services stop in reverse order of their
+# dependencies (the bot and Caddy, then the Router, then the engine), so a slow one shows here.
+for service in bridge https router engine; do
+  id=$(compose ps -q "$service" 2>/dev/null || true)
+  [ -n "$id" ] || continue
+  if [ "$podman_mode" = 1 ]; then finished=$(podman inspect -f '{{.State.FinishedAt}}' "$id" 2>/dev/null || true)
+  else finished=$(docker inspect -f '{{.State.FinishedAt}}' "$id" 2>/dev/null || true); fi
+  at=$(date -d "${finished% UTC}" +%s.%N 2>/dev/null) && at=$(python3 -c "print(round($at - $started, 1))") || at="?"
+  echo "     $service ended $at s after the stop began"
+done
+for service in engine router https bridge; do
   id=$(compose ps -q "$service")
   if [ "$podman_mode" = 1 ]; then code=$(podman inspect -f '{{.State.ExitCode}}' "$id" 2>/dev/null || echo "?")
   else code=$(docker inspect -f '{{.State.ExitCode}}' "$id" 2>/dev/null || echo "?"); fi

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 
@@ -78,5 +79,20 @@ async def main() -> int:
     return 0
 
 
+def run() -> None:
+    # Not asyncio.run: a look-up of Discord's name may still be running on the default executor's
+    # thread (getaddrinfo cannot be cancelled, and a name server that does not answer holds it for
+    # 10 s, past compose's stop_grace_period), and both asyncio.run and the interpreter's exit wait
+    # for that thread. Everything the bot owns is closed when main returns, so the process ends
+    # without waiting.
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    code = loop.run_until_complete(main())
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    run()
