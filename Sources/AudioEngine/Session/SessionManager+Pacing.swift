@@ -67,6 +67,9 @@ extension SessionManager {
         let now = ContinuousClock.now
         var removed: [SessionID] = []
         for index in state.sessions.indices {
+            // Read before anything is changed: `indices` holds a second reference to the table, so
+            // a mutating call on a session that stays would copy every session once a second.
+            guard now - state.sessions.values[index].lastChange >= configuration.idleTimeout else { continue }
             let id = state.sessions.keys[index]
             guard let expired = state.sessions.values[index].expire(id, now: now, idleTimeout: configuration.idleTimeout)
             else { continue }
