@@ -9,10 +9,11 @@ APT_PACKAGES := pkg-config libopus-dev libavcodec-dev libavformat-dev libswresam
 PIP_PACKAGES := yt-dlp==2026.10.26
 # What the tests add: opus-tools (opusinfo; opusenc/opusdec for bench-quality), Chromium and
 # Playwright (the playground), curl, openssl and certutil (the TLS tests), promtool (the metrics
-# checks), iproute2 (`ip netns`: a network host whose name server a test controls), schemathesis
+# checks), iproute2 (`ip netns`: a network host whose name server a test controls), postgresql
+# (the cluster tests start a server of their own; nothing uses the one the package sets up), schemathesis
 # (the API against its OpenAPI document), the Discord bridge's own dependencies with pytest
 # (bridges/discord), and numpy (bench-quality's auditory model).
-TEST_APT_PACKAGES := opus-tools chromium curl openssl libnss3-tools prometheus iproute2
+TEST_APT_PACKAGES := opus-tools chromium curl openssl libnss3-tools prometheus iproute2 postgresql
 TEST_PIP_PACKAGES := numpy==2.4.6 playwright==1.49.1 schemathesis==4.32.5 discord.py[voice]==2.7.1 davey==0.1.7 pytest==9.2.0 simcord==3.2.1
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_MEDIA ?= $(CURDIR)/demo-media

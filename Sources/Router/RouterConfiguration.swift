@@ -2,6 +2,7 @@
 // `main` only (flags override them); tests construct it directly.
 import Foundation
 import NIOCore
+import PostgresNIO
 import ServiceSupport
 
 /// The Router's settings.
@@ -46,6 +47,8 @@ package struct RouterConfiguration: Sendable {
     package var tlsKeyPath: String?
     /// Whether a new session's tracks are brought to the engine's target loudness.
     var normalizeByDefault = true
+    /// A cluster's shared PostgreSQL and this pair's place in it (nil: one pair on SQLite).
+    var cluster: ClusterSettings?
 
     init() {}
 
@@ -106,6 +109,9 @@ package struct RouterConfiguration: Sendable {
             throw RouterConfigurationError(
                 message: "TONEARM_TLS_CERT and TONEARM_TLS_KEY go together: set both (PEM files) to serve HTTPS, or neither")
         }
+        if let url = environment["TONEARM_DATABASE_URL"], !url.isEmpty {
+            cluster = try Self.cluster(url: url, environment: environment, port: port)
+        }
         if let value = environment["TONEARM_ENGINE_URL"] {
             engineURL = value
         } else if let port = environment["TONEARM_ENGINE_PORT"] {
@@ -117,6 +123,35 @@ package struct RouterConfiguration: Sendable {
 
 extension RouterConfiguration {
     var database: String { databasePath ?? (dataDirectory as NSString).appendingPathComponent("tonearm.sqlite") }
+
+    /// The cluster settings: TONEARM_PAIR_ID (the host name unless set), TONEARM_PAIR_ADDRESS
+    /// (http://<host name>:<port> unless set), TONEARM_MAX_SESSIONS, TONEARM_CLUSTER_LEASE.
+    private static func cluster(url: String, environment: [String: String], port: Int) throws -> ClusterSettings {
+        _ = try PostgresClient.Configuration.parse(url: url)
+        let host = ProcessInfo.processInfo.hostName
+        let pairID = environment["TONEARM_PAIR_ID"].flatMap { $0.isEmpty ? nil : $0 } ?? host
+        guard pairID.utf8.count <= 64, pairID.allSatisfy({ $0.isASCII && !$0.isWhitespace }) else {
+            throw RouterConfigurationError(message: "TONEARM_PAIR_ID=\(pairID) is not a name (1 to 64 ASCII characters, no spaces)")
+        }
+        let address = environment["TONEARM_PAIR_ADDRESS"].flatMap { $0.isEmpty ? nil : $0 } ?? "http://\(host):\(port)"
+        guard let parsed = URLComponents(string: address), ["http", "https"].contains(parsed.scheme ?? ""), parsed.host != nil,
+            parsed.path.isEmpty || parsed.path == "/"
+        else {
+            throw RouterConfigurationError(message: "TONEARM_PAIR_ADDRESS=\(address) is not an http(s)://host:port address")
+        }
+        var settings = ClusterSettings(databaseURL: url, pairID: pairID, address: address.hasSuffix("/") ? String(address.dropLast()) : address)
+        if let value = environment["TONEARM_MAX_SESSIONS"], !value.isEmpty {
+            settings.maxSessions = try count(value, "TONEARM_MAX_SESSIONS", 1...100_000, "sessions")
+        }
+        if let value = environment["TONEARM_CLUSTER_LEASE"] {
+            let seconds = try Self.seconds(value, "TONEARM_CLUSTER_LEASE")
+            guard (0.5...60).contains(seconds) else {
+                throw RouterConfigurationError(message: "TONEARM_CLUSTER_LEASE=\(value) is not a lease in seconds (0.5 to 60)")
+            }
+            settings.lease = .milliseconds(Int64(seconds * 1000))
+        }
+        return settings
+    }
 
     private static func count(_ value: String, _ name: String, _ range: ClosedRange<Int>, _ what: String) throws -> Int {
         guard let number = Int(value), range.contains(number) else {

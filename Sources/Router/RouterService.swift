@@ -1,10 +1,12 @@
 // The Router's services wired together: the executable runs them through here.
+import AsyncHTTPClient
 import Foundation
 import Hummingbird
 import HummingbirdCore
 import HummingbirdTLS
 import HummingbirdWebSocket
 import Logging
+import PostgresNIO
 import ServiceLifecycle
 import ServiceSupport
 import UnixSignals
@@ -15,13 +17,32 @@ package enum RouterService {
     package static func run(configuration: RouterConfiguration, logger: Logger) async throws {
         let store = SessionStore(clientBufferFrames: configuration.clientBufferFrames)
         let engine = EngineClient(baseURL: configuration.engineURL)
-        let database = try SessionDatabase(path: configuration.database)
+        var clusterServices: [ServiceGroupConfiguration.ServiceConfiguration] = []
+        var member: ClusterMember?
+        let database: any SessionStorage
+        if let cluster = configuration.cluster {
+            var options = PostgresClient.Configuration.Options()
+            options.connectTimeout = .seconds(1)
+            var postgres = try PostgresClient.Configuration.parse(url: cluster.databaseURL)
+            postgres.options = options
+            let client = PostgresClient(configuration: postgres, backgroundLogger: logger)
+            let clusterMember = ClusterMember(settings: cluster, client: client, logger: logger)
+            member = clusterMember
+            database = ClusterStorage(member: clusterMember)
+            clusterServices = [.init(service: ClusterClientService(client: client)), .init(service: clusterMember)]
+        } else {
+            database = try SessionDatabase(path: configuration.database)
+        }
         let writer = PersistenceWriter(database: database, logger: logger)
         let background = BackgroundTasks()
         let directory = SessionDirectory(
             store: store, engine: engine, database: database, writer: writer, background: background, logger: logger,
             browserPlays: configuration.browserPlays, normalizeByDefault: configuration.normalizeByDefault)
         await directory.restore()
+        if let member {
+            member.attach(directory)
+            await directory.onRelease { id in await member.released(id) }
+        }
         let (events, eventSink) = AsyncStream<WireEvent>.makeStream()
         store.forwardEvents(to: eventSink)
         let link = EngineLink(path: configuration.socketPath, store: store, logger: logger) {
@@ -35,6 +56,7 @@ package enum RouterService {
             api.identityLimit = RateLimiter(perMinute: configuration.identityPerMinute, burst: configuration.identityBurst)
         }
         api.clientAddress = ClientAddress(trustedProxies: configuration.trustedProxies)
+        if let member { api.relay = ClusterRelay(member: member, http: HTTPClient.shared, logger: logger) }
         let router = api.makeRouter(publicDirectory: publicDirectory())
         let tls = try configuration.tlsConfiguration()
         if tls != nil { logger.info("serving HTTPS", metadata: ["certificate": "\(configuration.tlsCertificatePath ?? "")"]) }
@@ -62,7 +84,8 @@ package enum RouterService {
         let group = ServiceGroup(
             configuration: .init(
                 services: [
-                    // Stopped in reverse order: the API first, the writer last.
+                    // Stopped in reverse order: the API first, the writer (and the cluster's database) last.
+                ] + clusterServices + [
                     .init(service: writer), .init(service: background), .init(service: upkeep), .init(service: link),
                     // Returns at once when no names need looking up: that must not stop the Router.
                     .init(
@@ -75,6 +98,14 @@ package enum RouterService {
                 gracefulShutdownSignals: [.sigterm, .sigint],
                 logger: logger))
         try await group.run()
+    }
+
+    /// The PostgreSQL client's connection pool, run for as long as the Router runs.
+    struct ClusterClientService: Service {
+        let client: PostgresClient
+        func run() async throws {
+            await cancelWhenGracefulShutdown { await client.run() }
+        }
     }
 
     /// The playground's files, shipped as a resource bundle beside the executable.

@@ -30,9 +30,10 @@ final class TonearmCluster: @unchecked Sendable {
     /// What the Router is started through (`setpriv …`), if anything.
     var routerLauncher: [String] = []
 
-    init(tones: [Int] = [440, 880, 660], seconds: Double = 30, environment: [String: String] = [:], tls: Bool = false)
-        throws
-    {
+    init(
+        tones: [Int] = [440, 880, 660], seconds: Double = 30, environment: [String: String] = [:], tls: Bool = false,
+        routerPort: Int? = nil
+    ) throws {
         directory = try TemporaryDirectory(prefix: "tonearm-e2e")
         if tls {
             let certificates = try TestCertificates(in: directory.path)
@@ -52,7 +53,7 @@ final class TonearmCluster: @unchecked Sendable {
         for tone in tones { try MediaFixture.tone(tone, seconds: seconds, into: mediaDirectory) }
         socketPath = directory.file("engine.sock")
         enginePort = try freePort()
-        routerPort = try freePort()
+        self.routerPort = try routerPort ?? freePort()
     }
 
     var environment: [String: String] {

@@ -18,6 +18,8 @@ struct ClientConnections {
     let access: AccessControl
     let link: EngineLink
     let engine: EngineClient
+    /// In a cluster: carries a client of a session another pair owns to that pair.
+    var relay: ClusterRelay?
     /// How long a client told to go (too slow) has to take the close frame before the
     /// connection is cut.
     var closeGrace: TimeAmount = .seconds(2)
@@ -30,12 +32,14 @@ struct ClientConnections {
             try Self.shouldUpgrade(request, access.webSocketSession)
         } onUpgrade: { inbound, outbound, context in
             guard let id = try await Self.admit(context.request, access.webSocketSession, outbound) else { return }
+            guard try await servedHere(id, inbound: inbound, outbound: outbound, context: context) else { return }
             try await serve(id, kind: .browser, inbound: inbound, context: context)
         }
         router.ws("/bot") { request, _ in
             try Self.shouldUpgrade(request, access.bot)
         } onUpgrade: { inbound, outbound, context in
             guard let id = try await Self.admit(context.request, access.bot, outbound) else { return }
+            guard try await servedHere(id, inbound: inbound, outbound: outbound, context: context) else { return }
             try await serve(id, kind: .bot, inbound: inbound, context: context)
         }
         router.get("/listen/:file") { request, context -> Response in
@@ -76,6 +80,31 @@ struct ClientConnections {
             try await outbound.close(.init(codeNumber: 4000 + error.status.code), reason: closeReason(error))
             return nil
         }
+    }
+
+    /// In a cluster, whether this pair plays `id`; if another does, the client is relayed there
+    /// (until it leaves) and the answer is false. A session between pairs is waited for; one
+    /// that cannot be placed closes the connection with 4503 and why.
+    private func servedHere(
+        _ id: SessionID, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter,
+        context: WebSocketRouterContext<TonearmRequestContext>
+    ) async throws -> Bool {
+        guard let relay else { return true }
+        let placement: Placement
+        do {
+            placement = try await relay.placeWaiting(id)
+        } catch {
+            try await outbound.close(.init(codeNumber: 4000 + error.status.code), reason: Self.closeReason(error))
+            return false
+        }
+        guard case .remote(let address) = placement else { return true }
+        if context.request.headers[ClusterRelay.forwardedHeader] != nil {
+            // Relayed here by a pair that thought this one owned it: that pair looks again.
+            try await outbound.close(.init(codeNumber: 4012), reason: "session_moved: connect again")
+            return false
+        }
+        try await relay.relay(id, first: address, request: context.request, inbound: inbound, outbound: outbound)
+        return false
     }
 
     /// `error`'s code and message, cut to the 123 bytes a close frame's reason may hold.

@@ -23,6 +23,8 @@ struct RouterApplication {
     /// How storing sessions goes, for `/health` and `/metrics` (nil: nothing is stored).
     var storage: PersistenceWriter? = nil
     var clientAddress = ClientAddress(trustedProxies: TrustedProxies())
+    /// In a cluster: forwards and relays what concerns sessions other pairs own.
+    var relay: ClusterRelay? = nil
     let startedAt = Date()
     let metrics = RouterMetrics()
 
@@ -30,6 +32,7 @@ struct RouterApplication {
         let router = Router(context: TonearmRequestContext.self)
         let routes = RouteTable()
         router.add(middleware: APIErrorMiddleware(routes: routes))
+        if let relay { router.add(middleware: ClusterForwarding(relay: relay, access: access)) }
         if let publicDirectory {
             router.add(middleware: FileMiddleware(publicDirectory, searchForIndexHtml: true))
             // The API's OpenAPI document, kept beside the page (OpenAPIDocumentTests holds it to
@@ -77,7 +80,8 @@ struct RouterApplication {
                 try await engine.resolve(url, owner: owner)
             }
         }
-        let clients = ClientConnections(store: store, directory: directory, access: access, link: link, engine: engine)
+        var clients = ClientConnections(store: store, directory: directory, access: access, link: link, engine: engine)
+        clients.relay = relay
         clients.addRoutes(to: router)
         OperationsRoutes(store: store, directory: directory, link: link, storage: storage, startedAt: startedAt, recorder: metrics)
             .addRoutes(to: router)

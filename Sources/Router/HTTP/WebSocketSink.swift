@@ -113,6 +113,12 @@ final class WebSocketSink: ChannelDuplexHandler, ClientSink, @unchecked Sendable
 
     /// The Router is stopping: the client is told so (1001) ahead of anything else waiting, and
     /// the connection is cut after `grace`, whether or not it answers (call on the loop).
+    /// Close code 4012: the session moved to another pair; connect again (docs/cluster.md).
+    func moved() {
+        guard let context, !leaving else { return }
+        leave(context, code: 4012, reason: "session_moved: this session now plays on another pair; connect again", grace: closeGrace)
+    }
+
     func goAway(grace: TimeAmount) {
         guard let context, !leaving else { return }
         leave(context, code: 1001, reason: "the Router is shutting down", grace: grace)

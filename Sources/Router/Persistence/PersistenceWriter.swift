@@ -24,7 +24,7 @@ final class PersistenceWriter: Service, Sendable {
         var ok: Bool { error == nil }
     }
 
-    private let database: SessionDatabase
+    private let database: any SessionStorage
     private let logger: Logger
     private let delay: Duration
     private let retry: Duration
@@ -33,7 +33,7 @@ final class PersistenceWriter: Service, Sendable {
     private let wake: AsyncStream<Void>.Continuation
     private let wakes: AsyncStream<Void>
 
-    init(database: SessionDatabase, logger: Logger, delay: Duration = .milliseconds(200), retry: Duration = .seconds(1)) {
+    init(database: any SessionStorage, logger: Logger, delay: Duration = .milliseconds(200), retry: Duration = .seconds(1)) {
         self.database = database
         self.logger = logger
         self.delay = delay

@@ -246,6 +246,16 @@ struct SessionQueue: Sendable, Equatable, Codable {
         }
     }
 
+    /// The play went with the pair that ran it (a cluster's failover or migration): the queue
+    /// stands at the same track, stopped; answers whether it was playing, so the new owner
+    /// resumes it (`resume` from a stopped queue plays the current track from the stored position).
+    /// A paused queue stays stopped at its position, and `resume` continues it.
+    mutating func playLost() -> Bool {
+        let wasPlaying = status == .playing || status == .starting
+        if status != .idle { status = .idle }
+        return wasPlaying && current != nil
+    }
+
     /// The track the queue moves to when the current one plays to its end (the engine opens it
     /// ahead, for a gapless join or a crossfade); nil when the queue would stop there.
     var upcoming: Track? {

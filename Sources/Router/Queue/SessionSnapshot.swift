@@ -35,3 +35,27 @@ extension SessionSnapshot {
         playID = try container.decodeIfPresent(UInt64.self, forKey: .playID)
     }
 }
+
+extension SessionSnapshot {
+    /// Whether the session counts as active in a cluster: a pair must own and play it.
+    var isActive: Bool { queue.status != .idle }
+
+    /// The snapshot as a new owner starts from it, and whether it is to resume playing.
+    func movedToAnotherPair() -> (SessionSnapshot, resume: Bool) {
+        var moved = self
+        moved.playID = nil
+        let resume = moved.queue.playLost()
+        return (moved, resume)
+    }
+}
+
+extension SessionSnapshot {
+    /// Moves a playing session's position on by `milliseconds` of the clock (faster or slower
+    /// with a timescale), never past its track's end.
+    mutating func advance(byPlaying milliseconds: Int64) {
+        guard queue.status == .playing, milliseconds > 0 else { return }
+        let moved = Int64(min(Double(milliseconds) * filters.sourceRate, 1e12))
+        positionMS = min(positionMS + moved, SessionMachine.maxPositionMS)
+        if let duration = queue.currentTrack?.durationMS { positionMS = min(positionMS, duration) }
+    }
+}

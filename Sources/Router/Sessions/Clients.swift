@@ -26,4 +26,11 @@ package protocol ClientSink: AnyObject, Sendable {
     /// Called on `eventLoop`, in publish order. An audio frame may be dropped (the sink keeps
     /// its own slow-client window); events are not.
     func deliver(_ bytes: ByteBuffer, audio: Bool)
+    /// Tells the client its session moved to another pair of the cluster: it is to connect again
+    /// (through any pair, which brings it to the new owner). Called on `eventLoop`.
+    func moved()
+}
+
+extension ClientSink {
+    package func moved() {}
 }

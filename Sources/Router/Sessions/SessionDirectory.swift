@@ -1,6 +1,7 @@
 // The session controllers in memory: made on first use (from the database when the session was
 // stored before), fed the engine's events in socket order, and released when a session has had
 // no clients and nothing playing for a while (its stored state stays in the database).
+import EngineAPI
 import HTTPTypes
 import Logging
 import ServiceLifecycle
@@ -11,7 +12,7 @@ actor SessionDirectory {
     private var controllers: [SessionID: SessionController] = [:]
     private let store: SessionStore
     private let engine: any EngineControl
-    private let database: SessionDatabase?
+    private let database: (any SessionStorage)?
     private let writer: PersistenceWriter?
     /// Where controllers' background work runs (nil: plain tasks, in unit tests).
     private let background: BackgroundTasks?
@@ -28,9 +29,13 @@ actor SessionDirectory {
     private var browserSessions: Set<SessionID> = []
     private var admitted: [SessionID: ContinuousClock.Instant] = [:]
     static let admissionHold: Duration = .seconds(60)
+    /// Told of each session released from memory (a cluster's pair lets its lease go).
+    private var onRelease: (@Sendable (SessionID) async -> Void)?
+
+    func onRelease(_ body: @escaping @Sendable (SessionID) async -> Void) { onRelease = body }
 
     init(
-        store: SessionStore, engine: any EngineControl, database: SessionDatabase?, writer: PersistenceWriter?,
+        store: SessionStore, engine: any EngineControl, database: (any SessionStorage)?, writer: PersistenceWriter?,
         background: BackgroundTasks? = nil, logger: Logger, browserPlays: Int? = nil, normalizeByDefault: Bool = true
     ) {
         self.background = background
@@ -110,6 +115,50 @@ actor SessionDirectory {
         }
     }
 
+    // MARK: A cluster's sessions coming and going
+
+    /// A session this pair has just come to own (placed here, or taken over from a pair that
+    /// stopped answering): its controller is made from the stored snapshot, and if it was playing
+    /// on its last pair it plays here from the stored position.
+    func adopt(_ id: SessionID) async {
+        controllers.removeValue(forKey: id)
+        var stored: SessionSnapshot?
+        do {
+            stored = try await database?.load(id)
+        } catch {
+            logger.error("could not read a session taken over; starting it empty", metadata: ["session.id": "\(id)", "error": "\(error)"])
+        }
+        if let controller = controllers[id] { _ = controller; return }  // made by a caller meanwhile
+        let (snapshot, resume) = (stored ?? SessionSnapshot(normalize: normalizeByDefault)).movedToAnotherPair()
+        let controller = SessionController(id: id, snapshot: snapshot, engine: engine, sink: sink)
+        controllers[id] = controller
+        store.register(id)
+        guard resume else { return }
+        logger.notice("resuming a session taken over", metadata: ["session.id": "\(id)", "position.ms": "\(snapshot.positionMS)"])
+        let resumeIt: @Sendable () async -> Void = { [logger] in
+            do throws(APIError) {
+                try await controller.perform(.resume)
+            } catch {
+                logger.warning("could not resume a session taken over", metadata: ["session.id": "\(id)", "error": "\(error.message)"])
+            }
+        }
+        if let background { background.spawn(resumeIt) } else { Task(operation: resumeIt) }
+    }
+
+    /// A session this pair no longer owns: its play here stops, and its clients are told to
+    /// reconnect, which brings them to its new owner.
+    func drop(_ id: SessionID) async {
+        guard controllers.removeValue(forKey: id) != nil else { return }
+        browserSessions.remove(id)
+        store.moveClients(of: id)
+        store.release(id)
+        do throws(APIError) {
+            try await engine.control(id, .stop)
+        } catch {
+            logger.debug("stopping a session that left", metadata: ["session.id": "\(id)", "error": "\(error.message)"])
+        }
+    }
+
     /// Hands an engine event to its session's controller; returns the auto-advance it leads to,
     /// for the caller to run in a task of its own.
     func dispatch(_ event: WireEvent) async -> (@Sendable () async -> Void)? {
@@ -168,6 +217,7 @@ actor SessionDirectory {
             store.release(id)
             released += 1
             logger.debug("released stale session", metadata: ["session.id": "\(id)"])
+            await onRelease?(id)
         }
     }
 }

@@ -113,6 +113,18 @@ package final class SessionStore: Sendable {
         }
     }
 
+    /// Tells every client of `id` to connect again (the session moved to another pair); a
+    /// listener's stream ends.
+    func moveClients(of id: SessionID) {
+        let subscribers = state.withLock { $0.entries[id]?.subscribers.values.map { $0 } ?? [] }
+        for subscriber in subscribers {
+            switch subscriber.output {
+            case .stream(let continuation): continuation.finish()
+            case .sink(let sink): sink.eventLoop.execute { sink.moved() }
+            }
+        }
+    }
+
     /// The session `id`, if known.
     func findBySessionId(_ id: SessionID) -> Entry? {
         state.withLock { $0.entries[id] }

@@ -1,0 +1,279 @@
+// One pair's membership of a cluster: its heartbeat, the leases of the sessions it owns, their
+// placement, and the fence that stops it playing what it can no longer prove it owns.
+//
+// Every `renewEvery` the pair writes its heartbeat, renews every lease it holds in one statement,
+// picks up the sessions given to it meanwhile, lets go of those given to another pair, and hands
+// each orphan (an active session whose lease ran out: its pair died or was cut off) to the pair
+// with the lowest load score. A pair whose last successful renewal was sent more than
+// `lease - fenceMargin` ago stops every play it holds: by then another pair may be about to take
+// them, and no guild is ever heard from two pairs at once. docs/cluster.md has the timings.
+import Foundation
+import HTTPTypes
+import Logging
+import PostgresNIO
+import ServiceLifecycle
+import ServiceSupport
+import Synchronization
+import WireProtocol
+
+/// Where a session is played.
+enum Placement: Sendable, Equatable {
+    /// This pair owns it.
+    case local
+    /// Another pair owns it; its Router answers at this address.
+    case remote(String)
+}
+
+/// The cluster settings of a pair (TONEARM_DATABASE_URL and its companions).
+struct ClusterSettings: Sendable {
+    var databaseURL: String
+    /// This pair's name, unique in the cluster.
+    var pairID: String
+    /// Where the other pairs' Routers reach this one (http://host:port).
+    var address: String
+    /// The most sessions placement gives this pair.
+    var maxSessions: Int = 60
+    /// How long a lease runs unrenewed before another pair may take its session.
+    var lease: Duration = .seconds(3)
+
+    var renewEvery: Duration { lease / 8 }
+    /// A pair stops playing its sessions this long before their leases could end.
+    var fenceMargin: Duration { lease / 3 }
+    /// A pair not heard from for this long is not offered sessions.
+    var pairTimeout: Duration { lease }
+}
+
+final class ClusterMember: Service, Sendable {
+    let settings: ClusterSettings
+    let database: ClusterDatabase
+    private let logger: Logger
+    private let state = Mutex(State())
+    /// The directory, set once it exists (it needs the storage, which needs this).
+    private let directoryBox = Mutex<SessionDirectory?>(nil)
+
+    struct State {
+        /// Sessions this pair owns, with the epoch it owns them at and when it came to own them.
+        var owned: [SessionID: (epoch: Int64, since: ContinuousClock.Instant)] = [:]
+        /// When the last renewal that succeeded was sent.
+        var renewedAt: ContinuousClock.Instant?
+        var pairs: [ClusterDatabase.Pair] = []
+        var draining = false
+        var fences: UInt64 = 0
+        var takeovers: UInt64 = 0
+    }
+
+    init(settings: ClusterSettings, client: PostgresClient, logger: Logger) {
+        self.settings = settings
+        database = ClusterDatabase(client: client, pairID: settings.pairID, logger: logger)
+        self.logger = logger
+    }
+
+    func attach(_ directory: SessionDirectory) { directoryBox.withLock { $0 = directory } }
+    private var directory: SessionDirectory? { directoryBox.withLock { $0 } }
+
+    /// The epoch this pair owns `id` at, if it owns it and is not fenced.
+    func epoch(of id: SessionID) -> Int64? { state.withLock { $0.owned[id]?.epoch } }
+
+    var ownedCount: Int { state.withLock { $0.owned.count } }
+
+    // MARK: Placement
+
+    /// Where `id` plays, giving it an owner when it has none: this pair when it has the lowest
+    /// load score, else the pair that has. Throws 503 while the cluster cannot tell (PostgreSQL
+    /// unreachable, or every pair full).
+    func place(_ id: SessionID) async throws(APIError) -> Placement {
+        if epoch(of: id) != nil { return .local }
+        for _ in 0..<3 {
+            do {
+                let ownership = try await database.ownership(of: id)
+                if let ownership, ownership.live, let owner = ownership.owner {
+                    if owner == settings.pairID {
+                        await adopt(id, epoch: ownership.epoch)
+                        return .local
+                    }
+                    let pairs = try await database.livePairs(within: settings.pairTimeout)
+                    if let pair = pairs.first(where: { $0.id == owner }) { return .remote(pair.address) }
+                    throw Self.unavailable("the pair that plays this session stopped answering; it moves within seconds")
+                }
+                let pairs = try await database.livePairs(within: settings.pairTimeout)
+                state.withLock { $0.pairs = pairs }
+                guard let best = LoadScore.best(of: pairs, for: id.description) else {
+                    throw Self.unavailable("every pair of the cluster is full or draining")
+                }
+                // An empty snapshot: the owner starts it with its own defaults (TONEARM_NORMALIZE).
+                guard let epoch = try await database.assign(id, to: best.id, expected: ownership, lease: settings.lease, snapshot: "")
+                else { continue }  // another pair placed it first: look again
+                if best.id == settings.pairID {
+                    await adopt(id, epoch: epoch)
+                    return .local
+                }
+                return .remote(best.address)
+            } catch let error as APIError {
+                throw error
+            } catch {
+                throw Self.unavailable("the cluster's database does not answer (\(Self.describe(error)))")
+            }
+        }
+        throw Self.unavailable("the session's owner keeps changing; try again")
+    }
+
+    private static func unavailable(_ message: String) -> APIError {
+        APIError(status: .serviceUnavailable, code: "cluster_unavailable", message: message, retryAfterSeconds: 1)
+    }
+
+    static func describe(_ error: any Error) -> String {
+        if let error = error as? PSQLError { return error.serverInfo?[.message] ?? "\(error.code)" }
+        return "\(error)"
+    }
+
+    // MARK: Owning
+
+    /// Takes `id` on at `epoch`: its controller is made from the stored snapshot, and a session
+    /// that was playing on the pair before plays here from its stored position.
+    private func adopt(_ id: SessionID, epoch: Int64) async {
+        let isNew = state.withLock { state -> Bool in
+            defer { state.owned[id] = (epoch, .now) }
+            // The statement that gave it a lease counts as a renewal for the fence.
+            if state.renewedAt == nil { state.renewedAt = .now }
+            return state.owned[id] == nil
+        }
+        guard isNew, let directory else { return }
+        state.withLock { $0.takeovers += 1 }
+        await directory.adopt(id)
+    }
+
+    /// Lets go of `id` here: its clients are told to reconnect (to its new owner), its play stops.
+    private func lose(_ id: SessionID, why: String) async {
+        guard state.withLock({ $0.owned.removeValue(forKey: id) }) != nil else { return }
+        logger.notice("session left this pair", metadata: ["session.id": "\(id)", "why": "\(why)"])
+        await directory?.drop(id)
+    }
+
+    /// The directory released `id` (idle, no clients): its lease ends now.
+    func released(_ id: SessionID) async {
+        guard let owned = state.withLock({ $0.owned.removeValue(forKey: id) }) else { return }
+        try? await database.release(id, epoch: owned.epoch)
+    }
+
+    // MARK: Running
+
+    func run() async throws {
+        try await database.migrate()
+        logger.info(
+            "cluster member", metadata: ["pair": "\(settings.pairID)", "address": "\(settings.address)", "lease": "\(settings.lease)"])
+        await cancelWhenGracefulShutdown {
+            await withDiscardingTaskGroup { group in
+                group.addTask { await self.fenceWatch() }
+                while !Task.isCancelled {
+                    await self.round()
+                    try? await Task.sleep(for: self.settings.renewEvery)
+                }
+                group.cancelAll()
+            }
+        }
+        // A clean stop (the writer has stored every snapshot by now): the others need not wait
+        // for this pair's leases to run out.
+        let owned = state.withLock { state in
+            defer { state.owned.removeAll() }
+            return state.owned
+        }
+        for (id, ownership) in owned { try? await database.release(id, epoch: ownership.epoch) }
+        try? await database.leave()
+    }
+
+    /// One heartbeat, renewal and orphan scan; a failure is tried again next round (the fence
+    /// watch stops the plays if renewals keep failing).
+    private func round() async {
+        do {
+            try await withTimeout(settings.renewEvery * 2) { try await self.renewAndScan() }
+        } catch {
+            logger.warning("cluster round failed", metadata: ["error": "\(Self.describe(error))"])
+        }
+    }
+
+    private func renewAndScan() async throws {
+        let sent = ContinuousClock.now
+        try await database.heartbeat(
+            address: settings.address, sessions: ownedCount, maxSessions: settings.maxSessions,
+            load: LoadScore.hostLoad(), lateFrames: 0, draining: state.withLock { $0.draining })
+        let renewed = try await database.renew(lease: settings.lease)
+        let (lost, gained) = state.withLock { state -> ([SessionID], [(SessionID, Int64)]) in
+            state.renewedAt = sent
+            let lost = state.owned.filter { renewed[$0.key] == nil && $0.value.since < sent }.map(\.key)
+            let gained = renewed.filter { state.owned[$0.key]?.epoch != $0.value }.map { ($0.key, $0.value) }
+            return (lost, gained)
+        }
+        for id in lost { await lose(id, why: "its lease is another pair's") }
+        for (id, epoch) in gained {
+            if state.withLock({ $0.owned[id] != nil }) {
+                state.withLock { $0.owned[id]?.epoch = epoch }
+            } else {
+                await adopt(id, epoch: epoch)
+            }
+        }
+        try await placeOrphans()
+    }
+
+    /// Takes each active session whose lease ran out when this pair has the lowest load score
+    /// for it (counting each one taken as load for the next), so it plays again without waiting
+    /// for another round; an orphan the best pair has not taken a few rounds on (that pair may
+    /// be the next to fail) goes to the best pair by whoever sees it.
+    private func placeOrphans() async throws {
+        let orphans = try await database.orphans()
+        guard !orphans.isEmpty else { return }
+        var pairs = try await database.livePairs(within: settings.pairTimeout)
+        for orphan in orphans {
+            guard let best = LoadScore.best(of: pairs, for: orphan.id.description), let index = pairs.firstIndex(of: best) else { return }
+            guard best.id == settings.pairID || orphan.expiredFor > settings.renewEvery * 3 else { continue }
+            guard
+                let epoch = try await database.assign(
+                    orphan.id, to: best.id, expected: orphan.ownership, lease: settings.lease, snapshot: "")
+            else { continue }
+            pairs[index].sessions += 1
+            logger.notice(
+                "placed a session whose pair stopped answering",
+                metadata: [
+                    "session.id": "\(orphan.id)", "from": "\(orphan.ownership.owner ?? "-")", "to": "\(best.id)", "epoch": "\(epoch)",
+                ])
+            if best.id == settings.pairID { await adopt(orphan.id, epoch: epoch) }
+        }
+    }
+
+    /// Stops every play this pair holds once its leases could be about to pass to another pair.
+    private func fenceWatch() async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: .milliseconds(100))
+            let expired = state.withLock { state -> [SessionID] in
+                guard let renewedAt = state.renewedAt, !state.owned.isEmpty,
+                    ContinuousClock.now - renewedAt > settings.lease - settings.fenceMargin
+                else { return [] }
+                state.fences += 1
+                return Array(state.owned.keys)
+            }
+            guard !expired.isEmpty else { continue }
+            logger.error(
+                "cannot renew this pair's leases; stopping its sessions before another pair takes them",
+                metadata: ["sessions": "\(expired.count)"])
+            for id in expired { await lose(id, why: "its lease could not be renewed") }
+        }
+    }
+}
+
+/// Runs `body`, or throws `TimeoutError` after `limit`.
+func withTimeout<T: Sendable>(_ limit: Duration, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    try await withThrowingTaskGroup(of: T?.self) { group in
+        group.addTask { try await body() }
+        group.addTask {
+            try await Task.sleep(for: limit)
+            return nil
+        }
+        defer { group.cancelAll() }
+        guard let first = try await group.next(), let value = first else { throw TimeoutError(limit: limit) }
+        return value
+    }
+}
+
+struct TimeoutError: Error, CustomStringConvertible {
+    var limit: Duration
+    var description: String { "no answer within \(limit)" }
+}

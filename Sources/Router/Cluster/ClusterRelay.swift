@@ -1,0 +1,228 @@
+// Any Router serves any client: a request for a session another pair owns is carried to that
+// pair's Router and its answer back — REST and `/listen` forwarded as they came, a WebSocket
+// client (`/ws`, `/bot`) relayed frame for frame over an upstream WebSocket to the owner.
+//
+// A relayed client stays connected while its session moves: when the owner changes (the old one
+// died, was cut off, or drained) the relay connects to the new owner, whose state message comes
+// first, and the audio goes on. A client's command sent while no upstream is connected is
+// answered with a `cluster_unavailable` reply. Forwarded requests carry `X-Tonearm-Forwarded`,
+// and a Router never forwards such a request again (no loops while ownership changes).
+import AsyncHTTPClient
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdWebSocket
+import HummingbirdWSClient
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOWebSocket
+import ServiceSupport
+import Synchronization
+import WireProtocol
+
+struct ClusterRelay: Sendable {
+    let member: ClusterMember
+    let http: HTTPClient
+    let logger: Logger
+
+    static let forwardedHeader = HTTPField.Name("X-Tonearm-Forwarded")!
+
+    // MARK: Placement for clients
+
+    /// Where a client's session plays, waiting (up to `patience`) while the session moves: its
+    /// owner stopped answering and its lease has not run out yet.
+    func placeWaiting(_ id: SessionID, patience: Duration? = nil) async throws(APIError) -> Placement {
+        let deadline = ContinuousClock.now + (patience ?? member.settings.lease * 2)
+        while true {
+            do {
+                return try await member.place(id)
+            } catch {
+                guard error.code == "cluster_unavailable", ContinuousClock.now < deadline else { throw error }
+                try? await Task.sleep(for: .milliseconds(200))
+            }
+        }
+    }
+
+    // MARK: REST and /listen
+
+    /// Forwards `request` to the Router at `address` and streams its answer back.
+    func forward(_ request: Request, to address: String) async throws -> Response {
+        var upstream = HTTPClientRequest(url: address + request.uri.description)
+        upstream.method = .init(rawValue: request.method.rawValue)
+        for field in request.headers where ![.connection, .contentLength, .transferEncoding].contains(field.name) {
+            upstream.headers.add(name: field.name.rawName, value: field.value)
+        }
+        upstream.headers.add(name: Self.forwardedHeader.rawName, value: member.settings.pairID)
+        var request = request
+        let body = try await request.collectBody(upTo: 64 * 1024)
+        if body.readableBytes > 0 { upstream.body = .bytes(body) }
+        let response: HTTPClientResponse
+        do {
+            response = try await http.execute(upstream, deadline: .now() + .seconds(30))
+        } catch {
+            throw APIError(
+                status: .serviceUnavailable, code: "cluster_unavailable",
+                message: "the pair that plays this session does not answer; it moves within seconds", retryAfterSeconds: 1)
+        }
+        var headers = HTTPFields()
+        for (name, value) in response.headers {
+            guard let field = HTTPField.Name(name), ![.connection, .contentLength, .transferEncoding].contains(field) else { continue }
+            headers.append(HTTPField(name: field, value: value))
+        }
+        return Response(
+            status: .init(code: Int(response.status.code)), headers: headers,
+            body: ResponseBody { writer in
+                for try await chunk in response.body { try await writer.write(chunk) }
+                try await writer.finish(nil)
+            })
+    }
+
+    // MARK: WebSockets
+
+    /// Relays a WebSocket client of session `id` to its owner, following the session from pair
+    /// to pair, until the client leaves or the session comes to this pair (then the client is
+    /// told to connect again, with 4012, and is served here).
+    func relay(
+        _ id: SessionID, first address: String, request: Request, inbound: WebSocketInboundStream,
+        outbound: WebSocketOutboundWriter
+    ) async throws {
+        let upstreamWriter = UpstreamSlot()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            // The client's messages go to whichever upstream is connected.
+            group.addTask {
+                for try await message in inbound.messages(maxSize: 64 * 1024) {
+                    guard case .text(let text) = message else { continue }
+                    if let writer = upstreamWriter.writer.withLock({ $0 }), (try? await writer.write(.text(text))) != nil { continue }
+                    try await outbound.write(.text(Self.unavailableReply(to: text)))
+                }
+            }
+            group.addTask {
+                var address = address
+                while true {
+                    let ending = await upstream(id, address: address, request: request, outbound: outbound, writer: upstreamWriter)
+                    upstreamWriter.writer.withLock { $0 = nil }
+                    if case .refused(let frame) = ending {
+                        try await outbound.close(frame.closeCode, reason: frame.reason)
+                        return
+                    }
+                    let placement = try await placeWaiting(id)
+                    guard case .remote(let next) = placement else {
+                        try await outbound.close(.init(codeNumber: 4012), reason: "session_moved: connect again")
+                        return
+                    }
+                    if next == address, case .lost = ending { try await Task.sleep(for: .milliseconds(200)) }
+                    address = next
+                }
+            }
+            try await group.next()
+            group.cancelAll()
+        }
+    }
+
+    enum UpstreamEnding {
+        /// The owner went away, or the session moved on: look where it plays now.
+        case lost
+        /// The owner refused the client (a token it does not accept): the client is told so.
+        case refused(WebSocketCloseFrame)
+    }
+
+    /// One upstream connection: the owner's messages go to the client until the connection ends
+    /// or the session's owner is no longer `address` (checked every second, so a pair cut off
+    /// without closing its connections is left too).
+    private func upstream(
+        _ id: SessionID, address: String, request: Request, outbound: WebSocketOutboundWriter,
+        writer: UpstreamSlot
+    ) async -> UpstreamEnding {
+        let url = address.replacingOccurrences(of: "http", with: "ws", options: .anchored) + request.uri.description
+        var headers = HTTPFields()
+        if let authorization = request.headers[.authorization] { headers[.authorization] = authorization }
+        headers[Self.forwardedHeader] = member.settings.pairID
+        let configuration = WebSocketClientConfiguration(maxFrameSize: 1 << 16, additionalHeaders: headers)
+        enum Outcome: Sendable {
+            case closed(WebSocketCloseFrame?)
+            case moved
+        }
+        do {
+            let outcome = try await withThrowingTaskGroup(of: Outcome.self) { group in
+                group.addTask {
+                    .closed(
+                        try await WebSocketClient.connect(url: url, configuration: configuration, logger: logger) { inbound, upstreamOutbound, _ in
+                            writer.writer.withLock { $0 = upstreamOutbound }
+                            for try await message in inbound.messages(maxSize: 1 << 20) {
+                                switch message {
+                                case .binary(let bytes): try await outbound.write(.binary(bytes))
+                                case .text(let text): try await outbound.write(.text(text))
+                                }
+                            }
+                        })
+                }
+                group.addTask {
+                    // The owner may change without this connection noticing (a pair cut off).
+                    while true {
+                        try await Task.sleep(for: .seconds(1))
+                        if let placement = try? await member.place(id), placement != .remote(address) { return .moved }
+                    }
+                }
+                let first = try await group.next() ?? .moved
+                group.cancelAll()
+                return first
+            }
+            if case .closed(let close?) = outcome, [4401, 4403, 1008].contains(UInt16(webSocketErrorCode: close.closeCode)) {
+                return .refused(close)
+            }
+        } catch {
+            logger.debug("relay upstream ended", metadata: ["session.id": "\(id)", "error": "\(error)"])
+        }
+        return .lost
+    }
+
+    /// The reply to a command sent while the session is between pairs.
+    static func unavailableReply(to text: String) -> String {
+        let id = (try? CommandParsing.envelope(Data(text.utf8)))?.id
+        var reply = CommandReply(id: id)
+        reply.error = ErrorBody(code: "cluster_unavailable", message: "the session is moving to another pair; try again in a moment").error
+        return reply.json()
+    }
+}
+
+/// The upstream connection a relayed client's commands go to, while there is one.
+final class UpstreamSlot: Sendable {
+    let writer = Mutex<WebSocketOutboundWriter?>(nil)
+}
+
+/// Forwards requests for sessions another pair owns (`/api/sessions/{id}…`, `/listen/{id}.ogg`)
+/// once the caller's token allows it; everything else, and every session this pair owns, goes on.
+struct ClusterForwarding: RouterMiddleware {
+    typealias Context = TonearmRequestContext
+    let relay: ClusterRelay
+    let access: AccessControl
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        guard let id = try Self.session(in: request.uri.path) else { return try await next(request, context) }
+        try access.authorize(request, for: id)
+        switch try await relay.member.place(id) {
+        case .local:
+            return try await next(request, context)
+        case .remote(let address):
+            guard request.headers[ClusterRelay.forwardedHeader] == nil else {
+                throw APIError(
+                    status: .serviceUnavailable, code: "cluster_unavailable",
+                    message: "this session is moving between pairs; try again in a moment", retryAfterSeconds: 1)
+            }
+            return try await relay.forward(request, to: address)
+        }
+    }
+
+    /// The session a path names, if it is one of a session's own routes.
+    static func session(in path: String) throws(APIError) -> SessionID? {
+        let parts = path.split(separator: "/", omittingEmptySubsequences: false)
+        if parts.count >= 4, parts[1] == "api", parts[2] == "sessions", !parts[3].isEmpty {
+            return try RouterApplication.sessionID(path: String(parts[3]))
+        }
+        if parts.count == 3, parts[1] == "listen", parts[2].hasSuffix(".ogg"), parts[2].count > 4 {
+            return try RouterApplication.sessionID(path: String(parts[2].dropLast(4)))
+        }
+        return nil
+    }
+}

@@ -1,0 +1,38 @@
+// Which pair a session without an owner goes to: the live pair with the lowest score, in the
+// spirit of Lavalink's penalties (docs/cluster.md): one point per session it owns, a CPU penalty
+// that grows steeply as the host's load nears its cores, and one point per 30 late frames it
+// reported in the last minute. A pair at its TONEARM_MAX_SESSIONS, or draining, gets none.
+import Foundation
+
+enum LoadScore {
+    static func score(_ pair: ClusterDatabase.Pair) -> Double {
+        let cpu = pow(1.05, 100 * min(max(pair.load, 0), 2)) * 10 - 10
+        return Double(pair.sessions) + cpu + Double(pair.lateFrames) / 30
+    }
+
+    /// The pair to give `session` to. Equal scores are common (pairs start empty, placements
+    /// made at once see the same counts), so ties go by a hash of the session and the pair
+    /// (rendezvous hashing): every pair picks the same one for a session, and sessions placed at
+    /// once spread over the tied pairs instead of all going to the first by name.
+    static func best(of pairs: [ClusterDatabase.Pair], for session: String) -> ClusterDatabase.Pair? {
+        pairs.filter { !$0.draining && $0.sessions < $0.maxSessions }
+            .min { (score($0), rank(session, $0.id)) < (score($1), rank(session, $1.id)) }
+    }
+
+    /// FNV-1a of the session and pair names: the same on every pair and every run.
+    static func rank(_ session: String, _ pair: String) -> UInt64 {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in session.utf8 + [0] + pair.utf8 {
+            hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3
+        }
+        return hash
+    }
+
+    /// The host's one-minute load average per core (0 = idle, 1 = every core busy).
+    static func hostLoad() -> Double {
+        guard let text = try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8),
+            let first = text.split(separator: " ").first, let load = Double(first)
+        else { return 0 }
+        return load / Double(max(ProcessInfo.processInfo.activeProcessorCount, 1))
+    }
+}

@@ -1,0 +1,242 @@
+// A cluster of three pairs on a real PostgreSQL: every guild is played by exactly one pair and
+// heard through whichever pair its bot reached (round-robin, as a load balancer would); when the
+// pair that plays a guild is killed (engine and Router SIGKILLed), the guild plays again on
+// another pair from its stored position, and its bot hears it without doing anything.
+import AsyncHTTPClient
+import Foundation
+import HummingbirdWSClient
+import Logging
+import NIOCore
+import NIOWebSocket
+import Synchronization
+import TestSupport
+import Testing
+
+/// A bot connection that goes through a "load balancer": each (re)connection takes the next
+/// Router of `ports` that is up, and it reconnects whenever its connection ends, as the
+/// reference bot does.
+final class BalancedListener: Sendable {
+    let session: String
+    private let received = Mutex<[SessionListener.Received]>([])
+    private let connections = Atomic<Int>(0)
+    private let closeCodes = Mutex<[Int]>([])
+    private let task = Mutex<Task<Void, Never>?>(nil)
+
+    init(session: String, ports: @escaping @Sendable () -> [Int], start: Int) {
+        self.session = session
+        let handle = Task { [self] in
+            var turn = start
+            while !Task.isCancelled {
+                let live = ports()
+                guard !live.isEmpty else { return }
+                let port = live[turn % live.count]
+                turn += 1
+                let url = "ws://127.0.0.1:\(port)/bot?guild=\(session)&token=\(TonearmCluster.botToken)"
+                let close = try? await WebSocketClient.connect(url: url, logger: Logger(label: "bot")) { inbound, _, _ in
+                    self.connections.add(1, ordering: .relaxed)
+                    for try await message in inbound.messages(maxSize: 1 << 16) {
+                        let now = ContinuousClock.now
+                        switch message {
+                        case .binary(let buffer):
+                            self.received.withLock { $0.append(.init(at: now, message: .audio(Array(buffer.readableBytesView)))) }
+                        case .text(let text):
+                            self.received.withLock { $0.append(.init(at: now, message: .text(text))) }
+                        }
+                    }
+                }
+                if let close { closeCodes.withLock { $0.append(Int(UInt16(webSocketErrorCode: close.closeCode))) } }
+                try? await Task.sleep(for: .milliseconds(100))
+            }
+        }
+        task.withLock { $0 = handle }
+    }
+
+    var connectionCount: Int { connections.load(ordering: .relaxed) }
+    var codes: [Int] { closeCodes.withLock { $0 } }
+    func close() { task.withLock { $0?.cancel() } }
+
+    func audio() -> [(at: ContinuousClock.Instant, packet: [UInt8])] {
+        received.withLock { $0 }.compactMap { if case .audio(let p) = $0.message { ($0.at, p) } else { nil } }
+    }
+
+    func events() -> [(at: ContinuousClock.Instant, json: [String: Any])] {
+        received.withLock { $0 }.compactMap {
+            guard case .text(let text) = $0.message,
+                let json = (try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: Any]
+            else { return nil }
+            return ($0.at, json)
+        }
+    }
+}
+
+/// Three pairs sharing one PostgreSQL.
+final class PairCluster: @unchecked Sendable {
+    // @unchecked: pairs are started and killed by the test's own task only.
+    let postgres: PostgresServer
+    let pairs: [TonearmCluster]
+    private let down = Mutex<Set<Int>>([])
+
+    init(count: Int = 3, lease: Double = 3, tones: [Int] = [440, 550, 660, 770, 880, 990]) throws {
+        postgres = try PostgresServer()
+        var pairs: [TonearmCluster] = []
+        for index in 0..<count {
+            let routerPort = try freePort()
+            pairs.append(
+                try TonearmCluster(
+                    tones: tones, seconds: 120,
+                    environment: [
+                        "TONEARM_DATABASE_URL": postgres.url, "TONEARM_PAIR_ID": "pair-\(index)",
+                        "TONEARM_PAIR_ADDRESS": "http://127.0.0.1:\(routerPort)", "TONEARM_ROUTER_PORT": "\(routerPort)",
+                        "TONEARM_CLUSTER_LEASE": "\(lease)", "TONEARM_NORMALIZE": "false",
+                    ], routerPort: routerPort))
+        }
+        self.pairs = pairs
+    }
+
+    func start() async throws {
+        for pair in pairs {
+            try pair.startEngine()
+            try pair.startRouter()
+        }
+        for pair in pairs {
+            #expect(await eventually(timeout: .seconds(30)) { await pair.routerLinkUp() }, "a pair's Router never reached its engine")
+        }
+    }
+
+    /// The Router ports a load balancer would send to now (the pairs not killed).
+    var livePorts: [Int] {
+        let down = down.withLock { $0 }
+        return pairs.indices.filter { !down.contains($0) }.map { pairs[$0].routerPort }
+    }
+
+    /// Kills both processes of pair `index`, as a host dying would.
+    func kill(_ index: Int) async {
+        down.withLock { _ = $0.insert(index) }
+        await pairs[index].router?.kill()
+        await pairs[index].engine?.kill()
+    }
+
+    /// The pair that owns each session, read from PostgreSQL.
+    func owners() throws -> [String: String] {
+        var owners: [String: String] = [:]
+        for line in try postgres.sql("SELECT id, coalesce(owner, '') FROM tonearm_session").split(separator: "\n") {
+            let parts = line.split(separator: "|", omittingEmptySubsequences: false)
+            if parts.count == 2 { owners[String(parts[0])] = String(parts[1]) }
+        }
+        return owners
+    }
+
+    /// The sessions each pair's engine is playing now, by pair index.
+    func enginePlays() async -> [Int: Set<String>] {
+        var plays: [Int: Set<String>] = [:]
+        let down = down.withLock { $0 }
+        for (index, pair) in pairs.enumerated() where !down.contains(index) {
+            guard let json = try? await pair.getJSON(pair.engineURL + "/sessions"),
+                let sessions = json["sessions"] as? [[String: Any]]
+            else { continue }
+            let active = sessions.filter { ["extracting", "streaming", "paused"].contains($0["state"] as? String ?? "") }
+            plays[index] = Set(active.compactMap { $0["session_id"] as? String })
+        }
+        return plays
+    }
+
+    func stop() async {
+        for pair in pairs { await pair.stop() }
+        postgres.stop()
+    }
+}
+
+@Suite(.serialized, .timeLimit(.minutes(4))) struct ClusterEndToEndTests {
+    static var postgresInstalled: Bool { PostgresServer.binaries != nil }
+
+    @Test(.enabled(if: postgresInstalled)) func aKilledPairsGuildsPlayAgainElsewhereFromTheirPosition() async throws {
+        let cluster = try PairCluster()
+        defer { Task { [cluster] in await cluster.stop() } }
+        try await cluster.start()
+        let tones = [440, 550, 660, 770, 880, 990]
+        let guilds = tones.indices.map { "guild-\($0)" }
+        let bots = guilds.enumerated().map { index, guild in
+            BalancedListener(session: guild, ports: { [cluster] in cluster.livePorts }, start: index)
+        }
+        defer { for bot in bots { bot.close() } }
+        #expect(await eventually(timeout: .seconds(10)) { bots.allSatisfy { $0.connectionCount > 0 } })
+
+        // Each guild's play goes to a pair chosen round-robin, not necessarily its owner.
+        for (index, guild) in guilds.enumerated() {
+            let pair = cluster.pairs[(index + 1) % cluster.pairs.count]
+            let answer = try await pair.play(guild, "tone-\(tones[index]).mp3")
+            #expect(answer.status == 202, "\(answer.body)")
+        }
+        #expect(await eventually(timeout: .seconds(15)) { bots.allSatisfy { $0.audio().count >= 150 } }, "not every guild was heard")
+        for (index, bot) in bots.enumerated() {
+            #expect(abs(try tone(of: bot.audio().map(\.packet)) - Double(tones[index])) < 15, "\(bot.session) heard the wrong tone")
+        }
+        // Placement spread the guilds: every pair plays some, and exactly one plays each.
+        var owners = try cluster.owners()
+        let perPair = Dictionary(grouping: guilds, by: { owners[$0] ?? "" })
+        #expect(Set(perPair.keys) == ["pair-0", "pair-1", "pair-2"], "placement: \(perPair)")
+        let plays = await cluster.enginePlays()
+        for guild in guilds {
+            #expect(plays.values.filter { $0.contains(guild) }.count == 1, "\(guild) is played by \(plays)")
+        }
+
+        // Kill the pair with the most guilds; a few seconds of play went by first (the position).
+        try await Task.sleep(for: .seconds(3))
+        let victim = perPair.max { $0.value.count < $1.value.count }!
+        let victimIndex = Int(victim.key.dropFirst("pair-".count))!
+        let moved = Set(victim.value)
+        let heardBefore = Dictionary(uniqueKeysWithValues: bots.map { ($0.session, $0.audio().count) })
+        let killedAt = ContinuousClock.now
+        await cluster.kill(victimIndex)
+
+        // Every moved guild is heard again, its own tone, from about where it was.
+        #expect(
+            await eventually(timeout: .seconds(15)) {
+                bots.filter { moved.contains($0.session) }.allSatisfy { bot in
+                    bot.audio().contains { $0.at > killedAt.advanced(by: .milliseconds(300)) }
+                        && bot.audio().filter { $0.at > killedAt }.count >= 100
+                        && bot.events().contains { $0.at > killedAt.advanced(by: .seconds(2)) && $0.json["type"] as? String == "progress" }
+                }
+            }, "a moved guild was not heard again")
+        var silences: [Double] = []
+        var positionErrors: [Double] = []
+        for (index, bot) in bots.enumerated() where moved.contains(bot.session) {
+            let audio = bot.audio()
+            // The old pair's last frames may still arrive just after the kill: the gap is the
+            // longest silence after it.
+            let times = [killedAt] + audio.filter { $0.at > killedAt }.map(\.at)
+            let resumed = zip(times, times.dropFirst()).max { $0.1 - $0.0 < $1.1 - $1.0 }.map { $0.1 } ?? killedAt
+            let silence = resumed - killedAt
+            silences.append(Double(silence.components.seconds) + Double(silence.components.attoseconds) / 1e18)
+            #expect(abs(try tone(of: audio.map(\.packet)) - Double(tones[index])) < 15, "\(bot.session) came back with another tone")
+            // Where the track was when the pair died (every frame heard from its start at 0),
+            // against where the new pair began: the first `progress` after the gap names its
+            // position, less the frames heard since the new pair began.
+            let heardMS = Double(heardBefore[bot.session] ?? 0) * 20
+            let progress = bot.events().first { $0.at > resumed && $0.json["type"] as? String == "progress" }
+            let progressMS = (progress?.json["position_ms"] as? NSNumber)?.doubleValue ?? -1e6
+            let framesSince = audio.filter { $0.at >= resumed && $0.at < (progress?.at ?? resumed) }.count
+            let resumedMS = progressMS - Double(framesSince) * 20
+            positionErrors.append(abs(resumedMS - heardMS) / 1000)
+        }
+        silences.sort()
+        print("cluster failover: \(moved.count) guilds moved; silence \(silences.map { String(format: "%.2f", $0) }) s; "
+            + "position error \(positionErrors.map { String(format: "%.2f", $0) }) s")
+        #expect(silences.last ?? 99 <= 5.5, "a guild was silent longer than the failover allows: \(silences)")
+        #expect(positionErrors.allSatisfy { $0 <= 1.5 }, "a guild came back too far from where it was: \(positionErrors)")
+
+        // The guilds on the surviving pairs played on without a gap.
+        for bot in bots where !moved.contains(bot.session) {
+            let around = bot.audio().filter { $0.at > killedAt.advanced(by: .seconds(-1)) && $0.at < killedAt.advanced(by: .seconds(4)) }
+            let gap = zip(around, around.dropFirst()).map { $0.1.at - $0.0.at }.max() ?? .zero
+            #expect(gap < .milliseconds(500), "\(bot.session), on a surviving pair, had a \(gap) gap")
+        }
+        // Exactly one pair plays each guild again, and the dead pair owns none.
+        owners = try cluster.owners()
+        #expect(!owners.values.contains(victim.key), "the killed pair still owns \(owners)")
+        let after = await cluster.enginePlays()
+        for guild in guilds {
+            #expect(after.values.filter { $0.contains(guild) }.count == 1, "\(guild) is played by \(after)")
+        }
+    }
+}

@@ -1,0 +1,94 @@
+// A real PostgreSQL server for the cluster tests: Debian's binaries, a fresh data directory under
+// /tmp, trust authentication on loopback and an ephemeral port; run as the `postgres` user when
+// the tests run as root (PostgreSQL refuses to run as root).
+import Foundation
+import TestSupport
+
+final class PostgresServer: @unchecked Sendable {
+    // @unchecked: the process is started once and only signalled afterwards.
+    let directory: TemporaryDirectory
+    let port: Int
+    private let process: Process
+    private let logPath: String
+
+    var url: String { "postgres://tonearm@127.0.0.1:\(port)/postgres" }
+
+    /// The newest installed server's binaries (`/usr/lib/postgresql/<version>/bin`).
+    static var binaries: String? {
+        let root = "/usr/lib/postgresql"
+        let versions = (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []
+        return versions.compactMap(Int.init).sorted().last.map { "\(root)/\($0)/bin" }
+            .flatMap { FileManager.default.isExecutableFile(atPath: $0 + "/postgres") ? $0 : nil }
+    }
+
+    init() throws {
+        guard let bin = Self.binaries else { throw FixtureError("PostgreSQL is not installed (apt-get install postgresql)") }
+        directory = try TemporaryDirectory(prefix: "tonearm-pg")
+        port = try freePort()
+        let data = directory.file("data")
+        logPath = directory.file("postgres.log")
+        let asRoot = getuid() == 0
+        if asRoot {
+            chmod(directory.path, 0o777)
+        }
+        try Self.run(asRoot, bin + "/initdb", ["-D", data, "-U", "tonearm", "--auth=trust", "--no-sync", "-E", "UTF8"], log: logPath)
+        process = Process()
+        let server = [bin + "/postgres", "-D", data, "-p", "\(port)", "-k", directory.path, "-c", "listen_addresses=127.0.0.1",
+            "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "max_connections=200"]
+        process.executableURL = URL(fileURLWithPath: asRoot ? "/usr/sbin/runuser" : server[0])
+        process.arguments = asRoot ? ["-u", "postgres", "--"] + server : Array(server.dropFirst())
+        FileManager.default.createFile(atPath: logPath + ".server", contents: nil)
+        let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath + ".server"))
+        process.standardOutput = log
+        process.standardError = log
+        try process.run()
+        let deadline = Date().addingTimeInterval(20)
+        while Date() < deadline {
+            if (try? Self.run(asRoot, bin + "/pg_isready", ["-h", "127.0.0.1", "-p", "\(port)", "-q"], log: logPath)) != nil { return }
+            Thread.sleep(forTimeInterval: 0.1)
+        }
+        stop()
+        throw FixtureError("PostgreSQL did not start: \(serverLog.suffix(2000))")
+    }
+
+    var serverLog: String { (try? String(contentsOfFile: logPath + ".server", encoding: .utf8)) ?? "" }
+
+    /// SQL through psql, answering its rows as text (`-At`).
+    func sql(_ statement: String) throws -> String {
+        guard let bin = Self.binaries else { throw FixtureError("no psql") }
+        let pipe = Pipe()
+        let psql = Process()
+        psql.executableURL = URL(fileURLWithPath: bin + "/psql")
+        psql.arguments = ["-h", "127.0.0.1", "-p", "\(port)", "-U", "tonearm", "-d", "postgres", "-At", "-c", statement]
+        psql.standardOutput = pipe
+        psql.standardError = FileHandle.nullDevice
+        try psql.run()
+        let output = pipe.fileHandleForReading.readDataToEndOfFile()
+        psql.waitUntilExit()
+        guard psql.terminationStatus == 0 else { throw FixtureError("psql failed: \(statement)") }
+        return String(decoding: output, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    func stop() {
+        guard process.isRunning else { return }
+        // SIGINT: PostgreSQL's fast shutdown.
+        kill(process.processIdentifier, SIGINT)
+        process.waitUntilExit()
+    }
+
+    private static func run(_ asRoot: Bool, _ executable: String, _ arguments: [String], log: String) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: asRoot ? "/usr/sbin/runuser" : executable)
+        process.arguments = asRoot ? ["-u", "postgres", "--", executable] + arguments : arguments
+        FileManager.default.createFile(atPath: log, contents: nil)
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
+        handle.seekToEndOfFile()
+        process.standardOutput = handle
+        process.standardError = handle
+        try process.run()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else { throw FixtureError("\(executable) exited with \(process.terminationStatus)") }
+    }
+
+    deinit { stop() }
+}
