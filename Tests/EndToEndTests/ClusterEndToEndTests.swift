@@ -22,16 +22,17 @@ final class BalancedListener: Sendable {
     private let closeCodes = Mutex<[Int]>([])
     private let task = Mutex<Task<Void, Never>?>(nil)
 
-    init(session: String, ports: @escaping @Sendable () -> [Int], start: Int) {
+    /// `addresses`: the Routers (host:port) the balancer sends to now.
+    init(session: String, addresses: @escaping @Sendable () -> [String], start: Int) {
         self.session = session
         let handle = Task { [self] in
             var turn = start
             while !Task.isCancelled {
-                let live = ports()
+                let live = addresses()
                 guard !live.isEmpty else { return }
-                let port = live[turn % live.count]
+                let address = live[turn % live.count]
                 turn += 1
-                let url = "ws://127.0.0.1:\(port)/bot?guild=\(session)&token=\(TonearmCluster.botToken)"
+                let url = "ws://\(address)/bot?guild=\(session)&token=\(TonearmCluster.botToken)"
                 let close = try? await WebSocketClient.connect(url: url, logger: Logger(label: "bot")) { inbound, _, _ in
                     self.connections.add(1, ordering: .relaxed)
                     for try await message in inbound.messages(maxSize: 1 << 16) {
@@ -69,44 +70,58 @@ final class BalancedListener: Sendable {
     }
 }
 
-/// Three pairs sharing one PostgreSQL.
+/// Pairs sharing one PostgreSQL. With `namespace`, pair 0 runs inside it (engine and Router on
+/// the namespace's address) and the others on this side of its link, so that traffic between
+/// pair 0 and PostgreSQL can be cut while everything else still flows.
 final class PairCluster: @unchecked Sendable {
     // @unchecked: pairs are started and killed by the test's own task only.
     let postgres: PostgresServer
     let pairs: [TonearmCluster]
+    let namespace: NetworkNamespace?
     private let down = Mutex<Set<Int>>([])
 
-    init(count: Int = 3, lease: Double = 3, tones: [Int] = [440, 550, 660, 770, 880, 990]) throws {
-        postgres = try PostgresServer()
+    init(count: Int = 3, lease: Double = 3, tones: [Int] = [440, 550, 660, 770, 880, 990], namespace: NetworkNamespace? = nil)
+        throws
+    {
+        self.namespace = namespace
+        let postgres = try PostgresServer(alsoListenOn: namespace?.outside)
+        self.postgres = postgres
         var pairs: [TonearmCluster] = []
         for index in 0..<count {
             let routerPort = try freePort()
-            pairs.append(
-                try TonearmCluster(
-                    tones: tones, seconds: 120,
-                    environment: [
-                        "TONEARM_DATABASE_URL": postgres.url, "TONEARM_PAIR_ID": "pair-\(index)",
-                        "TONEARM_PAIR_ADDRESS": "http://127.0.0.1:\(routerPort)", "TONEARM_ROUTER_PORT": "\(routerPort)",
-                        "TONEARM_CLUSTER_LEASE": "\(lease)", "TONEARM_NORMALIZE": "false",
-                    ], routerPort: routerPort))
+            let host = namespace.map { index == 0 ? $0.inside : $0.outside } ?? "127.0.0.1"
+            let database = namespace.map { postgres.url(host: $0.outside) } ?? postgres.url
+            let pair = try TonearmCluster(
+                tones: tones, seconds: 120,
+                environment: [
+                    "TONEARM_DATABASE_URL": database, "TONEARM_PAIR_ID": "pair-\(index)",
+                    "TONEARM_PAIR_ADDRESS": "http://\(host):\(routerPort)", "TONEARM_CLUSTER_LEASE": "\(lease)",
+                    "TONEARM_NORMALIZE": "false",
+                ], routerPort: routerPort, host: host)
+            if index == 0, let namespace {
+                pair.routerLauncher = namespace.launcher
+                pair.engineLauncher = namespace.launcher
+            }
+            pairs.append(pair)
         }
         self.pairs = pairs
     }
 
-    func start() async throws {
-        for pair in pairs {
+    func start(only indices: [Int]? = nil) async throws {
+        let started = (indices ?? Array(pairs.indices)).map { pairs[$0] }
+        for pair in started {
             try pair.startEngine()
             try pair.startRouter()
         }
-        for pair in pairs {
+        for pair in started {
             #expect(await eventually(timeout: .seconds(30)) { await pair.routerLinkUp() }, "a pair's Router never reached its engine")
         }
     }
 
-    /// The Router ports a load balancer would send to now (the pairs not killed).
-    var livePorts: [Int] {
+    /// The Routers (host:port) a load balancer would send to now (the pairs not killed).
+    var liveAddresses: [String] {
         let down = down.withLock { $0 }
-        return pairs.indices.filter { !down.contains($0) }.map { pairs[$0].routerPort }
+        return pairs.indices.filter { !down.contains($0) }.map { "\(pairs[$0].host):\(pairs[$0].routerPort)" }
     }
 
     /// Kills both processes of pair `index`, as a host dying would.
@@ -148,6 +163,7 @@ final class PairCluster: @unchecked Sendable {
 
 @Suite(.serialized, .timeLimit(.minutes(4))) struct ClusterEndToEndTests {
     static var postgresInstalled: Bool { PostgresServer.binaries != nil }
+    static var canMakeNamespaces: Bool { postgresInstalled && getuid() == 0 }
 
     @Test(.enabled(if: postgresInstalled)) func aKilledPairsGuildsPlayAgainElsewhereFromTheirPosition() async throws {
         let cluster = try PairCluster()
@@ -156,7 +172,7 @@ final class PairCluster: @unchecked Sendable {
         let tones = [440, 550, 660, 770, 880, 990]
         let guilds = tones.indices.map { "guild-\($0)" }
         let bots = guilds.enumerated().map { index, guild in
-            BalancedListener(session: guild, ports: { [cluster] in cluster.livePorts }, start: index)
+            BalancedListener(session: guild, addresses: { [cluster] in cluster.liveAddresses }, start: index)
         }
         defer { for bot in bots { bot.close() } }
         #expect(await eventually(timeout: .seconds(10)) { bots.allSatisfy { $0.connectionCount > 0 } })
@@ -238,5 +254,84 @@ final class PairCluster: @unchecked Sendable {
         for guild in guilds {
             #expect(after.values.filter { $0.contains(guild) }.count == 1, "\(guild) is played by \(after)")
         }
+    }
+
+    /// The partition that could make a guild heard twice: pair 0 still reaches its clients and
+    /// the other pairs, but not PostgreSQL (a firewall rule in its namespace drops the database's
+    /// port). It must stop playing its guilds before their leases can pass; the others then play
+    /// them. Checked every 100 ms in the three engines' session lists, and at the bots (never
+    /// more audio than one stream's in any second). When the rule goes, pair 0 takes nothing back.
+    @Test(.enabled(if: canMakeNamespaces)) func aPairCutOffFromPostgreSQLStopsBeforeAnotherPlaysItsGuilds() async throws {
+        let namespace = try NetworkNamespace()
+        let cluster = try PairCluster(namespace: namespace)
+        defer { Task { [cluster] in await cluster.stop() } }
+        // Pair 0 alone first, so the first guilds are its own; then the others.
+        try await cluster.start(only: [0])
+        let tones = [440, 550, 660, 770]
+        let guilds = tones.indices.map { "cut-\($0)" }
+        for index in 0..<2 {
+            #expect(try await cluster.pairs[0].play(guilds[index], "tone-\(tones[index]).mp3").status == 202)
+        }
+        try await cluster.start(only: [1, 2])
+        for index in 2..<4 {
+            #expect(try await cluster.pairs[index - 1].play(guilds[index], "tone-\(tones[index]).mp3").status == 202)
+        }
+        // The bots reach the cluster through pairs 1 and 2 (relayed to pair 0 for its guilds).
+        let outside = cluster.liveAddresses.filter { !$0.hasPrefix(namespace.inside) }
+        let bots = guilds.enumerated().map { index, guild in BalancedListener(session: guild, addresses: { outside }, start: index) }
+        defer { for bot in bots { bot.close() } }
+        #expect(await eventually(timeout: .seconds(15)) { bots.allSatisfy { $0.audio().count >= 100 } }, "not every guild was heard")
+        let cut = Set(try cluster.owners().filter { $0.value == "pair-0" }.map(\.key))
+        #expect(cut.count >= 2, "pair 0 owns \(cut)")
+
+        try runTool("ip", ["netns", "exec", namespace.name, "nft", "add", "table", "inet", "tonearm_cut"])
+        try runTool(
+            "ip", ["netns", "exec", namespace.name, "nft", "add", "chain", "inet", "tonearm_cut", "out",
+                "{ type filter hook output priority 0; }"])
+        try runTool(
+            "ip", ["netns", "exec", namespace.name, "nft", "add", "rule", "inet", "tonearm_cut", "out", "tcp", "dport",
+                "\(cluster.postgres.port)", "drop"])
+        let cutAt = ContinuousClock.now
+        var twice: [String] = []
+        var stoppedAt: [String: Duration] = [:]
+        var playedElsewhereAt: [String: Duration] = [:]
+        while ContinuousClock.now - cutAt < .seconds(9) {
+            let plays = await cluster.enginePlays()
+            let at = ContinuousClock.now - cutAt
+            for guild in cut {
+                let holders = plays.filter { $0.value.contains(guild) }.map(\.key)
+                if holders.count > 1 { twice.append("\(guild) on \(holders) at \(at)") }
+                if !(plays[0]?.contains(guild) ?? false), stoppedAt[guild] == nil { stoppedAt[guild] = at }
+                if holders.contains(where: { $0 != 0 }), playedElsewhereAt[guild] == nil { playedElsewhereAt[guild] = at }
+            }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        print("partition: pair 0 stopped its guilds at \(stoppedAt), others played them from \(playedElsewhereAt)")
+        #expect(twice.isEmpty, "guilds played by two pairs at once: \(twice)")
+        for guild in cut {
+            let stopped = try #require(stoppedAt[guild], "pair 0 never stopped \(guild)")
+            let elsewhere = try #require(playedElsewhereAt[guild], "no other pair took \(guild)")
+            #expect(stopped < elsewhere, "\(guild): stopped at \(stopped), elsewhere at \(elsewhere)")
+        }
+        // At the bots: never two streams at once (more than a second's 50 frames in a second),
+        // and every guild heard again, its own tone.
+        for (index, bot) in bots.enumerated() {
+            let times = bot.audio().map(\.at).filter { $0 > cutAt }
+            var most = 0
+            var start = 0
+            for end in times.indices {
+                while times[end] - times[start] > .seconds(1) { start += 1 }
+                most = max(most, end - start + 1)
+            }
+            #expect(most <= 60, "\(bot.session) got \(most) frames in one second: two streams")
+            #expect(times.last.map { ContinuousClock.now - $0 < .milliseconds(500) } ?? false, "\(bot.session) is silent")
+            #expect(abs(try tone(of: bot.audio().map(\.packet)) - Double(tones[index])) < 15, "\(bot.session) hears another tone")
+        }
+        // The link comes back: pair 0 plays none of them again.
+        try runTool("ip", ["netns", "exec", namespace.name, "nft", "delete", "table", "inet", "tonearm_cut"])
+        try await Task.sleep(for: .seconds(2))
+        let healed = await cluster.enginePlays()
+        #expect(cut.allSatisfy { !(healed[0]?.contains($0) ?? false) }, "pair 0 took a guild back: \(healed)")
+        #expect(cut.allSatisfy { guild in healed.filter { $0.value.contains(guild) }.count == 1 }, "\(healed)")
     }
 }

@@ -11,7 +11,8 @@ final class PostgresServer: @unchecked Sendable {
     private let process: Process
     private let logPath: String
 
-    var url: String { "postgres://tonearm@127.0.0.1:\(port)/postgres" }
+    var url: String { url(host: "127.0.0.1") }
+    func url(host: String) -> String { "postgres://tonearm@\(host):\(port)/postgres" }
 
     /// The newest installed server's binaries (`/usr/lib/postgresql/<version>/bin`).
     static var binaries: String? {
@@ -21,7 +22,9 @@ final class PostgresServer: @unchecked Sendable {
             .flatMap { FileManager.default.isExecutableFile(atPath: $0 + "/postgres") ? $0 : nil }
     }
 
-    init() throws {
+    /// `alsoListenOn`: an address beside loopback (the host's side of a network namespace's link),
+    /// with trust for its /16.
+    init(alsoListenOn extra: String? = nil) throws {
         guard let bin = Self.binaries else { throw FixtureError("PostgreSQL is not installed (apt-get install postgresql)") }
         directory = try TemporaryDirectory(prefix: "tonearm-pg")
         port = try freePort()
@@ -32,8 +35,16 @@ final class PostgresServer: @unchecked Sendable {
             chmod(directory.path, 0o777)
         }
         try Self.run(asRoot, bin + "/initdb", ["-D", data, "-U", "tonearm", "--auth=trust", "--no-sync", "-E", "UTF8"], log: logPath)
+        if let extra {
+            let parts = extra.split(separator: ".")
+            let network = parts.count == 4 ? "\(parts[0]).\(parts[1]).0.0/16" : "\(extra)/32"
+            let hba = try FileHandle(forWritingTo: URL(fileURLWithPath: data + "/pg_hba.conf"))
+            hba.seekToEndOfFile()
+            hba.write(Data("host all all \(network) trust\n".utf8))
+            try hba.close()
+        }
         process = Process()
-        let server = [bin + "/postgres", "-D", data, "-p", "\(port)", "-k", directory.path, "-c", "listen_addresses=127.0.0.1",
+        let server = [bin + "/postgres", "-D", data, "-p", "\(port)", "-k", directory.path, "-c", "listen_addresses=127.0.0.1\(extra.map { "," + $0 } ?? "")",
             "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "max_connections=200"]
         process.executableURL = URL(fileURLWithPath: asRoot ? "/usr/sbin/runuser" : server[0])
         process.arguments = asRoot ? ["-u", "postgres", "--"] + server : Array(server.dropFirst())

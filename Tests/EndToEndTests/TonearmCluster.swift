@@ -29,11 +29,16 @@ final class TonearmCluster: @unchecked Sendable {
     let client: HTTPClient
     /// What the Router is started through (`setpriv …`), if anything.
     var routerLauncher: [String] = []
+    /// What the engine is started through (`ip netns exec …`), if anything.
+    var engineLauncher: [String] = []
+    /// The address both processes listen on (a network namespace's own, for a cluster test).
+    let host: String
 
     init(
         tones: [Int] = [440, 880, 660], seconds: Double = 30, environment: [String: String] = [:], tls: Bool = false,
-        routerPort: Int? = nil
+        routerPort: Int? = nil, host: String = "127.0.0.1"
     ) throws {
+        self.host = host
         directory = try TemporaryDirectory(prefix: "tonearm-e2e")
         if tls {
             let certificates = try TestCertificates(in: directory.path)
@@ -59,14 +64,14 @@ final class TonearmCluster: @unchecked Sendable {
     var environment: [String: String] {
         [
             "TONEARM_SOCKET": socketPath, "TONEARM_ENGINE_PORT": "\(enginePort)", "TONEARM_MEDIA_DIR": mediaDirectory,
-            "TONEARM_ROUTER_HOST": "127.0.0.1", "TONEARM_ROUTER_PORT": "\(routerPort)",
-            "TONEARM_ENGINE_URL": "http://127.0.0.1:\(enginePort)", "TONEARM_DATA_DIR": directory.file("data"),
+            "TONEARM_ROUTER_HOST": host, "TONEARM_ROUTER_PORT": "\(routerPort)", "TONEARM_ENGINE_HOST": host,
+            "TONEARM_ENGINE_URL": "http://\(host):\(enginePort)", "TONEARM_DATA_DIR": directory.file("data"),
             "TONEARM_BOT_TOKEN": Self.botToken,
         ].merging(extraEnvironment) { _, extra in extra }
     }
 
     func startEngine() throws {
-        engine = try BinaryProcess("AudioEngine", environment: environment, logDirectory: directory.path)
+        engine = try BinaryProcess("AudioEngine", environment: environment, logDirectory: directory.path, launcher: engineLauncher)
     }
 
     func startRouter() throws {
@@ -82,8 +87,8 @@ final class TonearmCluster: @unchecked Sendable {
     /// The bot token the tests use to reach any session.
     static let botToken = "test-bot-token"
 
-    var routerURL: String { "\(certificates == nil ? "http" : "https")://127.0.0.1:\(routerPort)" }
-    var engineURL: String { "http://127.0.0.1:\(enginePort)" }
+    var routerURL: String { "\(certificates == nil ? "http" : "https")://\(host):\(routerPort)" }
+    var engineURL: String { "http://\(host):\(enginePort)" }
 
     /// POSTs JSON (with the bot token unless another `token` is given) and returns the status and body.
     func post(_ url: String, _ json: String? = nil, token: String? = TonearmCluster.botToken) async throws -> (
