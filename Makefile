@@ -13,7 +13,7 @@ PIP_PACKAGES := yt-dlp==2026.10.26
 # (the cluster tests start a server of their own; nothing uses the one the package sets up), schemathesis
 # (the API against its OpenAPI document), the Discord bridge's own dependencies with pytest
 # (bridges/discord), and numpy (bench-quality's auditory model).
-TEST_APT_PACKAGES := opus-tools chromium curl openssl libnss3-tools prometheus iproute2 postgresql
+TEST_APT_PACKAGES := opus-tools chromium curl openssl libnss3-tools prometheus iproute2 nftables postgresql
 TEST_PIP_PACKAGES := numpy==2.4.6 playwright==1.49.1 schemathesis==4.32.5 discord.py[voice]==2.7.1 davey==0.1.7 pytest==9.2.0 simcord==3.2.1
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_MEDIA ?= $(CURDIR)/demo-media

@@ -306,6 +306,11 @@ final class PairCluster: @unchecked Sendable {
             }
             try await Task.sleep(for: .milliseconds(100))
         }
+        // Pair 0 says it cannot prove its leases (its /health is degraded) until the link is back.
+        let health = try await cluster.pairs[0].getJSON(cluster.pairs[0].routerURL + "/health")
+        let membership = health?["cluster"] as? [String: Any]
+        #expect(health?["status"] as? String == "degraded" && membership?["ok"] as? Bool == false, "\(health ?? [:])")
+        #expect(membership?["owned_sessions"] as? Int == 0, "\(membership ?? [:])")
         print("partition: pair 0 stopped its guilds at \(stoppedAt), others played them from \(playedElsewhereAt)")
         #expect(twice.isEmpty, "guilds played by two pairs at once: \(twice)")
         for guild in cut {
@@ -313,7 +318,8 @@ final class PairCluster: @unchecked Sendable {
             let elsewhere = try #require(playedElsewhereAt[guild], "no other pair took \(guild)")
             #expect(stopped < elsewhere, "\(guild): stopped at \(stopped), elsewhere at \(elsewhere)")
         }
-        // At the bots: never two streams at once (more than a second's 50 frames in a second),
+        // At the bots: never two streams at once (two would bring about 100 frames a second; one
+        // brings 50, a few more after a hiccup on this busy host),
         // and every guild heard again, its own tone.
         for (index, bot) in bots.enumerated() {
             let times = bot.audio().map(\.at).filter { $0 > cutAt }
@@ -323,13 +329,20 @@ final class PairCluster: @unchecked Sendable {
                 while times[end] - times[start] > .seconds(1) { start += 1 }
                 most = max(most, end - start + 1)
             }
-            #expect(most <= 60, "\(bot.session) got \(most) frames in one second: two streams")
+            #expect(most <= 75, "\(bot.session) got \(most) frames in one second: two streams")
             #expect(times.last.map { ContinuousClock.now - $0 < .milliseconds(500) } ?? false, "\(bot.session) is silent")
             #expect(abs(try tone(of: bot.audio().map(\.packet)) - Double(tones[index])) < 15, "\(bot.session) hears another tone")
         }
-        // The link comes back: pair 0 plays none of them again.
+        // The link comes back: pair 0 renews again (once the connections stuck in the cut give
+        // up, or new ones are made) and plays none of them again.
         try runTool("ip", ["netns", "exec", namespace.name, "nft", "delete", "table", "inet", "tonearm_cut"])
-        try await Task.sleep(for: .seconds(2))
+        let healedAt = ContinuousClock.now
+        #expect(
+            await eventually(timeout: .seconds(20)) {
+                let back = try? await cluster.pairs[0].getJSON(cluster.pairs[0].routerURL + "/health")
+                return (back?["cluster"] as? [String: Any])?["ok"] as? Bool == true
+            }, "pair 0 never renewed again")
+        print("partition: pair 0 renewed again \(ContinuousClock.now - healedAt) after the link came back")
         let healed = await cluster.enginePlays()
         #expect(cut.allSatisfy { !(healed[0]?.contains($0) ?? false) }, "pair 0 took a guild back: \(healed)")
         #expect(cut.allSatisfy { guild in healed.filter { $0.value.contains(guild) }.count == 1 }, "\(healed)")

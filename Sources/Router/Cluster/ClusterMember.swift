@@ -76,6 +76,36 @@ final class ClusterMember: Service, Sendable {
 
     var ownedCount: Int { state.withLock { $0.owned.count } }
 
+    /// This pair's part in the cluster, for `/health`.
+    struct Report: Codable, Sendable {
+        var pair: String
+        var address: String
+        var ownedSessions: Int
+        var leaseSeconds: Double
+        /// How long ago the last renewal that succeeded was sent (nil: none yet).
+        var renewedSecondsAgo: Double?
+        /// Whether this pair can prove it owns its sessions (its renewals succeed).
+        var ok: Bool
+        var fences: UInt64
+        var takeovers: UInt64
+        enum CodingKeys: String, CodingKey {
+            case pair, address, ok, fences, takeovers
+            case ownedSessions = "owned_sessions"
+            case leaseSeconds = "lease_seconds"
+            case renewedSecondsAgo = "renewed_seconds_ago"
+        }
+    }
+
+    var report: Report {
+        state.withLock { state in
+            let ago = state.renewedAt.map { ContinuousClock.now - $0 }
+            return Report(
+                pair: settings.pairID, address: settings.address, ownedSessions: state.owned.count,
+                leaseSeconds: ClusterDatabase.seconds(settings.lease), renewedSecondsAgo: ago.map(ClusterDatabase.seconds),
+                ok: ago.map { $0 < settings.lease - settings.fenceMargin } ?? false, fences: state.fences, takeovers: state.takeovers)
+        }
+    }
+
     // MARK: Placement
 
     /// Where `id` plays, giving it an owner when it has none: this pair when it has the lowest

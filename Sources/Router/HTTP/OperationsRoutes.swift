@@ -13,6 +13,8 @@ struct OperationsRoutes {
     let storage: PersistenceWriter?
     let startedAt: Date
     let recorder: RouterMetrics
+    /// In a cluster: this pair's membership.
+    var cluster: ClusterMember? = nil
 
     struct Health: ResponseEncodable {
         struct Engine: Codable {
@@ -49,8 +51,9 @@ struct OperationsRoutes {
         var slowClientDrops: UInt64
         var slowClientDisconnects: UInt64
         var rssBytes: Int
+        var cluster: ClusterMember.Report?
         enum CodingKeys: String, CodingKey {
-            case status, engine, clients, storage
+            case status, engine, clients, storage, cluster
             case uptimeSeconds = "uptime_seconds"
             case activeSessions = "active_sessions"
             case activeClients = "active_clients"
@@ -80,8 +83,9 @@ struct OperationsRoutes {
             let status = link.status
             let counters = store.counters
             let stored = storage?.status ?? .init()
+            let membership = cluster?.report
             return Health(
-                status: status.connected && stored.ok ? "ok" : "degraded", uptimeSeconds: Date().timeIntervalSince(startedAt),
+                status: status.connected && stored.ok && membership?.ok != false ? "ok" : "degraded", uptimeSeconds: Date().timeIntervalSince(startedAt),
                 engine: .init(
                     connected: status.connected, connects: status.connects, protocolErrors: status.protocolErrors,
                     lastError: status.lastError),
@@ -90,7 +94,7 @@ struct OperationsRoutes {
                 clients: Dictionary(uniqueKeysWithValues: store.clientsByKind.map { ($0.key.rawValue, $0.value) }),
                 framesRouted: counters.framesRouted, unknownSessionFrames: counters.unknownSessionFrames,
                 slowClientDrops: counters.slowClientDrops, slowClientDisconnects: counters.slowClientDisconnects,
-                rssBytes: ResourceUsage.residentBytes())
+                rssBytes: ResourceUsage.residentBytes(), cluster: membership)
         }
         router.get("/health/session/:id") { _, context -> SessionHealth in
             let id = try RouterApplication.sessionID(context)

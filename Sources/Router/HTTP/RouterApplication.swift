@@ -83,8 +83,10 @@ struct RouterApplication {
         var clients = ClientConnections(store: store, directory: directory, access: access, link: link, engine: engine)
         clients.relay = relay
         clients.addRoutes(to: router)
-        OperationsRoutes(store: store, directory: directory, link: link, storage: storage, startedAt: startedAt, recorder: metrics)
-            .addRoutes(to: router)
+        OperationsRoutes(
+            store: store, directory: directory, link: link, storage: storage, startedAt: startedAt, recorder: metrics,
+            cluster: relay?.member
+        ).addRoutes(to: router)
         routes.load(from: router)
         return router
     }
