@@ -29,7 +29,7 @@ package enum RouterService {
             let clusterMember = ClusterMember(settings: cluster, client: client, logger: logger)
             member = clusterMember
             database = ClusterStorage(member: clusterMember)
-            clusterServices = [.init(service: ClusterClientService(client: client)), .init(service: clusterMember)]
+            clusterServices = [.init(service: clusterMember)]
         } else {
             database = try SessionDatabase(path: configuration.database)
         }
@@ -45,8 +45,11 @@ package enum RouterService {
         }
         let (events, eventSink) = AsyncStream<WireEvent>.makeStream()
         store.forwardEvents(to: eventSink)
+        let owns = member.map(Self.ownership)
         let link = EngineLink(path: configuration.socketPath, store: store, logger: logger) {
-            await EngineReconciliation.run(store: store, directory: directory, engine: engine, logger: logger)
+            await EngineReconciliation.run(
+                store: store, directory: directory, engine: engine, logger: logger,
+                owns: owns)
         }
         let secret = try IdentityTokens.secret(configured: configuration.tokenSecret, directory: configuration.dataDirectory)
         let access = AccessControl(tokens: IdentityTokens(secret: secret), botToken: configuration.botToken)
@@ -92,6 +95,7 @@ package enum RouterService {
                         service: TrustedProxyRefresh(proxies: configuration.trustedProxies, logger: logger),
                         successTerminationBehavior: .ignore),
                     .init(service: app),
+                ] + (member.map { [.init(service: ClusterHandOver(member: $0))] } ?? []) + [
                     // Told of the shutdown first: its clock then runs while the rest stop.
                     .init(service: ShutdownDeadline(limit: .milliseconds(2_500), writer: writer, logger: logger)),
                 ],
@@ -100,12 +104,9 @@ package enum RouterService {
         try await group.run()
     }
 
-    /// The PostgreSQL client's connection pool, run for as long as the Router runs.
-    struct ClusterClientService: Service {
-        let client: PostgresClient
-        func run() async throws {
-            await cancelWhenGracefulShutdown { await client.run() }
-        }
+    /// Whether the pair owns a session, for the engine link's reconciliation.
+    static func ownership(_ member: ClusterMember) -> @Sendable (SessionID) -> Bool {
+        { id in member.epoch(of: id) != nil }
     }
 
     /// The playground's files, shipped as a resource bundle beside the executable.

@@ -124,6 +124,14 @@ final class PairCluster: @unchecked Sendable {
         return pairs.indices.filter { !down.contains($0) }.map { "\(pairs[$0].host):\(pairs[$0].routerPort)" }
     }
 
+    /// SIGTERM to both processes of pair `index` at once, as `docker-compose stop` does.
+    func terminate(_ index: Int) async {
+        down.withLock { _ = $0.insert(index) }
+        async let router: Bool = pairs[index].router?.terminate() ?? true
+        async let engine: Bool = pairs[index].engine?.terminate() ?? true
+        _ = await (router, engine)
+    }
+
     /// Kills both processes of pair `index`, as a host dying would.
     func kill(_ index: Int) async {
         down.withLock { _ = $0.insert(index) }
@@ -254,6 +262,7 @@ final class PairCluster: @unchecked Sendable {
         for guild in guilds {
             #expect(after.values.filter { $0.contains(guild) }.count == 1, "\(guild) is played by \(after)")
         }
+        await cluster.stop()
     }
 
     /// The partition that could make a guild heard twice: pair 0 still reaches its clients and
@@ -346,5 +355,84 @@ final class PairCluster: @unchecked Sendable {
         let healed = await cluster.enginePlays()
         #expect(cut.allSatisfy { !(healed[0]?.contains($0) ?? false) }, "pair 0 took a guild back: \(healed)")
         #expect(cut.allSatisfy { guild in healed.filter { $0.value.contains(guild) }.count == 1 }, "\(healed)")
+        await cluster.stop()
+    }
+
+    /// A pair stopped cleanly (SIGTERM to both processes, as `docker-compose stop` sends) lets its
+    /// leases go: the others play its guilds at their next round, well before a lease would run
+    /// out, from where they were.
+    @Test(.enabled(if: postgresInstalled)) func aStoppedPairsGuildsMoveWithoutWaitingForTheirLeases() async throws {
+        let cluster = try PairCluster(count: 2)
+        defer { Task { [cluster] in await cluster.stop() } }
+        try await cluster.start(only: [0])
+        let tones = [440, 660]
+        let guilds = ["drain-0", "drain-1"]
+        for index in guilds.indices {
+            #expect(try await cluster.pairs[0].play(guilds[index], "tone-\(tones[index]).mp3").status == 202)
+        }
+        try await cluster.start(only: [1])
+        let survivor = "\(cluster.pairs[1].host):\(cluster.pairs[1].routerPort)"
+        let bots = guilds.enumerated().map { index, guild in BalancedListener(session: guild, addresses: { [survivor] }, start: index) }
+        defer { for bot in bots { bot.close() } }
+        #expect(await eventually(timeout: .seconds(15)) { bots.allSatisfy { $0.audio().count >= 100 } })
+        #expect(try cluster.owners().filter { guilds.contains($0.key) }.values.allSatisfy { $0 == "pair-0" })
+
+        let heardBefore = bots.map { $0.audio().count }
+        let stoppedAt = ContinuousClock.now
+        await cluster.terminate(0)
+        #expect(
+            await eventually(timeout: .seconds(10)) { bots.allSatisfy { $0.audio().filter { $0.at > stoppedAt }.count >= 100 } },
+            "a guild was not heard again")
+        var silences: [Duration] = []
+        for (index, bot) in bots.enumerated() {
+            let times = [stoppedAt] + bot.audio().filter { $0.at > stoppedAt }.map(\.at)
+            silences.append(zip(times, times.dropFirst()).map { $0.1 - $0.0 }.max() ?? .zero)
+            #expect(abs(try tone(of: bot.audio().map(\.packet)) - Double(tones[index])) < 15)
+            // It went on from where it was, not from the start.
+            let position = bot.events().last { $0.json["type"] as? String == "progress" }?.json["position_ms"] as? Int ?? 0
+            #expect(position > heardBefore[index] * 20 - 1_500, "\(bot.session) started again at \(position) ms")
+        }
+        print("cluster stop: silence \(silences)")
+        // About a round of the others plus the track's opening (0.13 s measured); a lease is 3 s.
+        #expect(silences.allSatisfy { $0 < .milliseconds(1_000) }, "a stopped pair's guild waited for its lease: \(silences)")
+        #expect(try cluster.owners().filter { guilds.contains($0.key) }.values.allSatisfy { $0 == "pair-1" })
+        await cluster.stop()
+    }
+
+    /// `Router migrate-database` copies a single pair's SQLite queues into PostgreSQL; a cluster
+    /// pair then serves them as they were (stopped at their track, `resume` plays on).
+    @Test(.enabled(if: postgresInstalled)) func aSinglePairsQueuesCarryOverIntoTheCluster() async throws {
+        let single = try TonearmCluster(tones: [440, 880])
+        try single.startEngine()
+        try single.startRouter()
+        #expect(await eventually(timeout: .seconds(20)) { await single.routerLinkUp() })
+        #expect(try await single.play("carried", "tone-440.mp3").status == 202)
+        #expect(try await single.post(single.routerURL + "/api/sessions/carried/queue", #"{"url":"tone-880.mp3"}"#).status == 200)
+        #expect(try await single.post(single.routerURL + "/api/sessions/carried/volume", #"{"volume":40}"#).status == 200)
+        #expect(try await single.post(single.routerURL + "/api/cluster/drain").status == 409, "a single pair has nothing to drain to")
+        await single.stop()
+
+        let postgres = try PostgresServer()
+        defer { postgres.stop() }
+        let migrate = try BinaryProcess(
+            "Router", arguments: ["migrate-database", "--from", single.directory.file("data/tonearm.sqlite"), "--to", postgres.url],
+            environment: [:], logDirectory: single.directory.path)
+        #expect(await migrate.waitForExit(timeout: .seconds(20)) && migrate.exitCode == 0, "\(migrate.log)")
+        #expect(migrate.log.contains("copied 1 sessions"), "\(migrate.log)")
+
+        let cluster = try TonearmCluster(
+            tones: [440, 880], environment: ["TONEARM_DATABASE_URL": postgres.url, "TONEARM_PAIR_ID": "pair-a"])
+        try cluster.startEngine()
+        try cluster.startRouter()
+        defer { Task { [cluster] in await cluster.stop() } }
+        #expect(await eventually(timeout: .seconds(20)) { await cluster.routerLinkUp() })
+        let state = try #require(try await cluster.getJSON(cluster.routerURL + "/api/sessions/carried", token: TonearmCluster.botToken))
+        #expect((state["queue"] as? [[String: Any]])?.compactMap { $0["url"] as? String } == ["tone-440.mp3", "tone-880.mp3"])
+        #expect(state["volume"] as? Int == 40 && state["status"] as? String == "idle" && state["current"] as? Int == 0, "\(state)")
+        // Running it again copies nothing twice.
+        let again = try BinaryProcess(
+            "Router", arguments: ["migrate-database", "--from", single.directory.file("data/tonearm.sqlite"), "--to", postgres.url],
+            environment: [:], logDirectory: single.directory.path)
+        #expect(await again.waitForExit(timeout: .seconds(20)) && again.log.contains("1 were in PostgreSQL already"), "\(again.log)")
     }
 }

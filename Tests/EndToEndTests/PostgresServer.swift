@@ -80,11 +80,20 @@ final class PostgresServer: @unchecked Sendable {
         return String(decoding: output, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
+    /// Stops the server at once (SIGQUIT to the postmaster: its immediate shutdown; nothing here
+    /// needs to survive it). `runuser` passes no signal on, so the postmaster's own pid is used.
+    /// Polls rather than `waitUntilExit`, which spins a core while it waits.
     func stop() {
         guard process.isRunning else { return }
-        // SIGINT: PostgreSQL's fast shutdown.
-        kill(process.processIdentifier, SIGINT)
-        process.waitUntilExit()
+        let pidFile = directory.file("data/postmaster.pid")
+        let postmaster = (try? String(contentsOfFile: pidFile, encoding: .utf8))?.split(separator: "\n").first.flatMap { Int32($0) }
+        if let postmaster { kill(postmaster, SIGQUIT) } else { kill(process.processIdentifier, SIGTERM) }
+        for _ in 0..<100 where process.isRunning { usleep(50_000) }
+        if process.isRunning {
+            if let postmaster { kill(postmaster, SIGKILL) }
+            kill(process.processIdentifier, SIGKILL)
+            for _ in 0..<40 where process.isRunning { usleep(50_000) }
+        }
     }
 
     private static func run(_ asRoot: Bool, _ executable: String, _ arguments: [String], log: String) throws {

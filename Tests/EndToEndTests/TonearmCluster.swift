@@ -104,8 +104,10 @@ final class TonearmCluster: @unchecked Sendable {
         return (Int(response.status.code), String(buffer: body))
     }
 
-    func getJSON(_ url: String) async throws -> [String: Any]? {
-        let response = try await client.execute(HTTPClientRequest(url: url), timeout: .seconds(5))
+    func getJSON(_ url: String, token: String? = nil) async throws -> [String: Any]? {
+        var request = HTTPClientRequest(url: url)
+        if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
+        let response = try await client.execute(request, timeout: .seconds(5))
         let body = try await response.body.collect(upTo: 1 << 20)
         return try JSONSerialization.jsonObject(with: Data(body.readableBytesView)) as? [String: Any]
     }

@@ -90,12 +90,15 @@ struct EngineSession {
 
     /// Stops the session's play: the play to cancel and close, and the events owed. Nil when
     /// nothing was playing (a stop is idempotent).
-    mutating func stop(_ id: SessionID) -> (playID: UInt64, stopped: Playback?, events: [WireEvent])? {
+    /// `code` says why when no one asked (`engine_stopping`: the engine is shutting down).
+    mutating func stop(_ id: SessionID, code: String? = nil) -> (playID: UInt64, stopped: Playback?, events: [WireEvent])? {
         guard case .stop(let playID) = machine.handle(.stop) else { return nil }
         let stopped = playback
         playback = nil
         lastChange = .now
-        return (playID, stopped, [SessionManager.finished(id, playID, .stopped)] + owedEnds(id, .stopped))
+        var finished = SessionManager.finished(id, playID, .stopped)
+        finished.code = code
+        return (playID, stopped, [finished] + owedEnds(id, .stopped))
     }
 
     /// A seek the state machine allowed: the position the play seeks to (the requested one,

@@ -150,10 +150,10 @@ package final class SessionManager: Sendable {
 
     /// Stops the session's play, if any. Idempotent; returns whether something was stopped.
     @discardableResult
-    func stop(sessionID: SessionID) -> Bool {
+    func stop(sessionID: SessionID, code: String? = nil) -> Bool {
         var retired: Playback?
         let stopped = state.withLock { state -> UInt64? in
-            guard var session = state.sessions[sessionID], let stop = session.stop(sessionID) else { return nil }
+            guard var session = state.sessions[sessionID], let stop = session.stop(sessionID, code: code) else { return nil }
             stop.stopped?.cancel()
             retired = stop.stopped
             state.sessions[sessionID] = session
@@ -250,10 +250,11 @@ package final class SessionManager: Sendable {
         return info
     }
 
-    /// Stops every session (graceful shutdown).
+    /// Stops every session (graceful shutdown); each play's `finished` says `engine_stopping`, so
+    /// a Router can tell a play lost with its engine from one a user stopped.
     func stopAll() {
         let ids = state.withLock { Array($0.sessions.keys) }
-        for id in ids { stop(sessionID: id) }
+        for id in ids { stop(sessionID: id, code: "engine_stopping") }
     }
 
     // MARK: Helpers

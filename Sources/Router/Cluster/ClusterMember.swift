@@ -161,6 +161,11 @@ final class ClusterMember: Service, Sendable {
     /// Takes `id` on at `epoch`: its controller is made from the stored snapshot, and a session
     /// that was playing on the pair before plays here from its stored position.
     private func adopt(_ id: SessionID, epoch: Int64) async {
+        // A pair handing its sessions over takes none: one given to it meanwhile goes back.
+        if isDraining {
+            try? await database.release(id, epoch: epoch)
+            return
+        }
         let isNew = state.withLock { state -> Bool in
             defer { state.owned[id] = (epoch, .now) }
             // The statement that gave it a lease counts as a renewal for the fence.
@@ -179,6 +184,44 @@ final class ClusterMember: Service, Sendable {
         await directory?.drop(id)
     }
 
+    // MARK: Draining
+
+    /// Whether this pair is handing its sessions over (SIGTERM, or `POST /api/cluster/drain`):
+    /// placement gives it nothing new.
+    var isDraining: Bool { state.withLock { $0.draining } }
+
+    /// Hands every session this pair owns to the others: each one's snapshot is stored with its
+    /// position as of now, its play here stops, its clients are told to connect again (4012), and
+    /// its lease ends at once, so the pair with the lowest score takes it at its next round
+    /// instead of after the lease. Answers how many were handed over.
+    @discardableResult
+    func handOver() async -> Int {
+        state.withLock { $0.draining = true }
+        try? await database.heartbeat(
+            address: settings.address, sessions: ownedCount, maxSessions: settings.maxSessions, load: LoadScore.hostLoad(),
+            lateFrames: 0, draining: true)
+        // The database first, for every session (a few ms each), then the engine: an engine
+        // being stopped too may answer slowly or not at all, and must not hold the hand-over.
+        let owned = state.withLock { $0.owned }
+        var handed: [SessionID] = []
+        for (id, ownership) in owned {
+            if let snapshot = await directory?.checkpoint(id), let json = try? JSONCoding.encoder.encode(snapshot) {
+                _ = try? await database.store(
+                    id, json: String(decoding: json, as: UTF8.self), active: snapshot.isActive, epoch: ownership.epoch)
+            }
+            guard state.withLock({ $0.owned.removeValue(forKey: id) }) != nil else { continue }
+            try? await database.release(id, epoch: ownership.epoch)
+            handed.append(id)
+        }
+        if let directory {
+            await withDiscardingTaskGroup { group in
+                for id in handed { group.addTask { await directory.drop(id) } }
+            }
+        }
+        if !handed.isEmpty { logger.notice("handed this pair's sessions to the others", metadata: ["sessions": "\(handed.count)"]) }
+        return handed.count
+    }
+
     /// The directory released `id` (idle, no clients): its lease ends now.
     func released(_ id: SessionID) async {
         guard let owned = state.withLock({ $0.owned.removeValue(forKey: id) }) else { return }
@@ -187,28 +230,40 @@ final class ClusterMember: Service, Sendable {
 
     // MARK: Running
 
+    /// Runs the PostgreSQL connection pool, makes the tables (trying again every second while the
+    /// database does not answer: commands answer 503 meanwhile), then the rounds until the
+    /// graceful shutdown; then hands over what is left and leaves. The pool outlives the rounds,
+    /// so the writer's last flush (stopped before this) and the hand-over still reach PostgreSQL.
     func run() async throws {
-        try await database.migrate()
-        logger.info(
-            "cluster member", metadata: ["pair": "\(settings.pairID)", "address": "\(settings.address)", "lease": "\(settings.lease)"])
-        await cancelWhenGracefulShutdown {
-            await withDiscardingTaskGroup { group in
-                group.addTask { await self.fenceWatch() }
+        await withDiscardingTaskGroup { pool in
+            pool.addTask { await self.database.client.run() }
+            await cancelWhenGracefulShutdown {
                 while !Task.isCancelled {
-                    await self.round()
-                    try? await Task.sleep(for: self.settings.renewEvery)
+                    do {
+                        try await self.database.migrate()
+                        break
+                    } catch {
+                        self.logger.warning("cannot reach the cluster's database; trying again", metadata: ["error": "\(Self.describe(error))"])
+                        try? await Task.sleep(for: .seconds(1))
+                    }
                 }
-                group.cancelAll()
+                self.logger.info(
+                    "cluster member",
+                    metadata: ["pair": "\(self.settings.pairID)", "address": "\(self.settings.address)", "lease": "\(self.settings.lease)"])
+                await withDiscardingTaskGroup { group in
+                    group.addTask { await self.fenceWatch() }
+                    while !Task.isCancelled {
+                        await self.round()
+                        try? await Task.sleep(for: self.settings.renewEvery)
+                    }
+                    group.cancelAll()
+                }
             }
+            // What a hand-over left (sessions placed here meanwhile) goes too.
+            await handOver()
+            try? await database.leave()
+            pool.cancelAll()
         }
-        // A clean stop (the writer has stored every snapshot by now): the others need not wait
-        // for this pair's leases to run out.
-        let owned = state.withLock { state in
-            defer { state.owned.removeAll() }
-            return state.owned
-        }
-        for (id, ownership) in owned { try? await database.release(id, epoch: ownership.epoch) }
-        try? await database.leave()
     }
 
     /// One heartbeat, renewal and orphan scan; a failure is tried again next round (the fence
@@ -225,7 +280,7 @@ final class ClusterMember: Service, Sendable {
         let sent = ContinuousClock.now
         try await database.heartbeat(
             address: settings.address, sessions: ownedCount, maxSessions: settings.maxSessions,
-            load: LoadScore.hostLoad(), lateFrames: 0, draining: state.withLock { $0.draining })
+            load: LoadScore.hostLoad(), lateFrames: 0, draining: isDraining)
         let renewed = try await database.renew(lease: settings.lease)
         let (lost, gained) = state.withLock { state -> ([SessionID], [(SessionID, Int64)]) in
             state.renewedAt = sent
@@ -261,7 +316,7 @@ final class ClusterMember: Service, Sendable {
             else { continue }
             pairs[index].sessions += 1
             logger.notice(
-                "placed a session whose pair stopped answering",
+                "took over a session whose lease ended",
                 metadata: [
                     "session.id": "\(orphan.id)", "from": "\(orphan.ownership.owner ?? "-")", "to": "\(best.id)", "epoch": "\(epoch)",
                 ])

@@ -80,6 +80,7 @@ struct RouterApplication {
                 try await engine.resolve(url, owner: owner)
             }
         }
+        ClusterRoutes(member: relay?.member, access: access).addRoutes(to: router)
         var clients = ClientConnections(store: store, directory: directory, access: access, link: link, engine: engine)
         clients.relay = relay
         clients.addRoutes(to: router)

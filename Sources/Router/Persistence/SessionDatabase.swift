@@ -38,6 +38,13 @@ struct SessionDatabase: Sendable {
         return try json.map { try JSONDecoder().decode(SessionSnapshot.self, from: Data($0.utf8)) }
     }
 
+    /// Every stored session, as its JSON (a copy into a cluster's PostgreSQL).
+    func loadAllJSON() async throws -> [(id: String, json: String)] {
+        try await writer.read { db in
+            try Row.fetchAll(db, sql: "SELECT id, snapshot FROM session ORDER BY id").map { row in (row["id"], row["snapshot"]) }
+        }
+    }
+
     /// Every stored session whose queue was playing or paused when it was last written.
     func loadActive() async throws -> [SessionID: SessionSnapshot] {
         let rows: [(id: String, json: String)] = try await writer.read { db in

@@ -57,6 +57,9 @@ actor SessionController {
 
     var state: SessionView { machine.view(at: .now) }
 
+    /// The snapshot as of now, position included: what a pair handing the session over stores.
+    var checkpoint: SessionSnapshot { machine.checkpoint(at: .now) }
+
     /// Runs `join` on the controller with the current state, so no state change falls between
     /// the state a client gets first and its subscription (every change is broadcast from here).
     func withCurrentState<T: Sendable>(_ join: @Sendable (SessionView) -> T) -> T { join(state) }

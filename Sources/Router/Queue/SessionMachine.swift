@@ -101,6 +101,9 @@ struct SessionMachine: Sendable {
 
     /// The most tracks a queue holds; a playlist fills what room is left.
     static let maxQueueLength = 1_000
+    /// `finished` codes of a play that ended with its engine rather than by a command.
+    static let lostWithEngine: Set<String> = ["engine_stopping", "engine_restarted"]
+
     /// The furthest seek accepted: the engine's bound on positions (2^40 ms, about 35 years).
     static let maxPositionMS: Int64 = 1 << 40
 
@@ -127,6 +130,13 @@ struct SessionMachine: Sendable {
             durationMS: queue.currentTrack?.durationMS, volume: snapshot.volume, filters: snapshot.filters,
             normalize: snapshot.normalize, crossfadeMS: snapshot.crossfadeMS,
             paused: queue.status == .paused, loop: queue.loop, resolving: lookups.pending)
+    }
+
+    /// The snapshot with the position where the track is at `now` (a hand-over's checkpoint).
+    func checkpoint(at now: ContinuousClock.Instant) -> SessionSnapshot {
+        var current = snapshot
+        current.positionMS = position(at: now)
+        return current
     }
 
     /// Where the current track is at `now`, in ms of the track (which a timescale makes run faster
@@ -173,6 +183,8 @@ struct SessionMachine: Sendable {
 
 extension SessionMachine {
     private mutating func perform(_ command: SessionCommand, request: UInt64, seed: UInt64, _ step: inout Step) {
+        // A stop is a stop even when the engine's end came first: nobody resumes it after.
+        if command == .stop { snapshot.interrupted = false }
         let origin = Origin.request(request)
         switch command {
         case .play(let url):
@@ -375,6 +387,7 @@ extension SessionMachine {
         case .play(let track, let generation, let resuming):
             let startMS = resuming ? snapshot.positionMS : nil
             snapshot.playID = nil
+            snapshot.interrupted = false
             setPosition(startMS ?? 0, &step)
             changed(&step)
             startsInFlight += 1
@@ -384,6 +397,7 @@ extension SessionMachine {
             call(play, origin, &step)
         case .stop:
             snapshot.playID = nil
+            snapshot.interrupted = false
             changed(&step)
             call(.control(.stop, then: .done), origin, &step)
         case .pause(let generation):
@@ -529,7 +543,9 @@ extension SessionMachine {
             guard current else { return nil }
             lastActive = step.now
             snapshot.playID = nil
+            let wasPlaying = snapshot.queue.status == .playing || snapshot.queue.status == .starting
             let action = queue(.finished(generation: generation, reason: reason), &step)
+            if wasPlaying, Self.lostWithEngine.contains(event.code ?? "") { snapshot.interrupted = true }
             if case .play = action { return .play(action) }
             if action != .none { changed(&step) }
         case .progress, .seeked:

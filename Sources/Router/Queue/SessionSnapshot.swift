@@ -13,12 +13,17 @@ struct SessionSnapshot: Sendable, Equatable, Codable {
     var positionMS: Int64 = 0
     /// The engine play of the queue's current generation, while there is one.
     var playID: UInt64?
+    /// The play ended with its engine (it stopped or restarted), not by anyone's command: the
+    /// queue stands stopped at its track and position, and a pair of a cluster that takes the
+    /// session over plays it on.
+    var interrupted = false
 
     enum CodingKeys: String, CodingKey {
         case queue, volume, filters, normalize
         case crossfadeMS = "crossfade_ms"
         case positionMS = "position_ms"
         case playID = "play_id"
+        case interrupted
     }
 }
 
@@ -33,18 +38,20 @@ extension SessionSnapshot {
         crossfadeMS = try container.decodeIfPresent(Int.self, forKey: .crossfadeMS) ?? 0
         positionMS = try container.decode(Int64.self, forKey: .positionMS)
         playID = try container.decodeIfPresent(UInt64.self, forKey: .playID)
+        interrupted = try container.decodeIfPresent(Bool.self, forKey: .interrupted) ?? false
     }
 }
 
 extension SessionSnapshot {
     /// Whether the session counts as active in a cluster: a pair must own and play it.
-    var isActive: Bool { queue.status != .idle }
+    var isActive: Bool { queue.status != .idle || interrupted }
 
     /// The snapshot as a new owner starts from it, and whether it is to resume playing.
     func movedToAnotherPair() -> (SessionSnapshot, resume: Bool) {
         var moved = self
         moved.playID = nil
-        let resume = moved.queue.playLost()
+        let resume = moved.queue.playLost() || (interrupted && moved.queue.currentTrack != nil)
+        moved.interrupted = false
         return (moved, resume)
     }
 }

@@ -145,6 +145,11 @@ actor SessionDirectory {
         if let background { background.spawn(resumeIt) } else { Task(operation: resumeIt) }
     }
 
+    /// The session's snapshot as of now, if it is in memory.
+    func checkpoint(_ id: SessionID) async -> SessionSnapshot? {
+        await controllers[id]?.checkpoint
+    }
+
     /// A session this pair no longer owns: its play here stops, and its clients are told to
     /// reconnect, which brings them to its new owner.
     func drop(_ id: SessionID) async {
@@ -152,10 +157,14 @@ actor SessionDirectory {
         browserSessions.remove(id)
         store.moveClients(of: id)
         store.release(id)
-        do throws(APIError) {
-            try await engine.control(id, .stop)
-        } catch {
-            logger.debug("stopping a session that left", metadata: ["session.id": "\(id)", "error": "\(error.message)"])
+        // Not awaited here: an engine that answers slowly (being stopped itself) must hold
+        // neither this directory nor a hand-over.
+        Task { [engine, logger] in
+            do throws(APIError) {
+                try await engine.control(id, .stop)
+            } catch {
+                logger.debug("stopping a session that left", metadata: ["session.id": "\(id)", "error": "\(error.message)"])
+            }
         }
     }
 
