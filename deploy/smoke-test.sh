@@ -77,11 +77,14 @@ env -u PIP_NO_INDEX python3 -m pip download --quiet --dest "$DEPLOY/wheels" --py
   || echo "could not download the Discord bot's wheels here; its image build will try PyPI itself"
 
 compose() { docker-compose -p "$PROJECT" -f "$DEPLOY/docker-compose.yml" --profile https --profile discord "$@"; }
+# The cluster (docker-compose.cluster.yml): three pairs, PostgreSQL and Caddy in front.
+ccompose() { docker-compose -p "$PROJECT-cluster" -f "$DEPLOY/docker-compose.cluster.yml" "$@"; }
 
 cleanup() {
   step "docker-compose down -v"
   [ "$failures" -eq 0 ] || compose logs --tail 40 2>&1 | tail -80 || true
   compose down -v --remove-orphans >/dev/null 2>&1 || true
+  [ -n "${TONEARM_POSTGRES_PASSWORD:-}" ] && ccompose down -v --remove-orphans >/dev/null 2>&1 || true
   [ -n "${health_loop:-}" ] && kill "$health_loop" 2>/dev/null || true
   rm -rf "$WORK" "$DEPLOY"/wheels/*.whl "$DEPLOY/prebuilt"
 }
@@ -133,7 +136,7 @@ if [ "$binaries" = prebuilt ] && grep -q 'swift build' "$WORK/build.log"; then
 fi
 if [ "$podman_mode" = 1 ]; then
   # podman runs health checks from systemd timers, and this machine has no systemd: run them here.
-  ( while sleep 2; do for c in $(podman ps -q --filter "label=com.docker.compose.project=$PROJECT"); do podman healthcheck run "$c" >/dev/null 2>&1 || true; done; done ) &
+  ( while sleep 2; do for p in "$PROJECT" "$PROJECT-cluster"; do for c in $(podman ps -q --filter "label=com.docker.compose.project=$p"); do podman healthcheck run "$c" >/dev/null 2>&1 || true; done; done; done ) &
   health_loop=$!
 fi
 compose up -d >"$WORK/up.log" 2>&1 || { cat "$WORK/up.log"; fail "docker-compose up failed"; exit 1; }
@@ -276,6 +279,57 @@ for service in engine router https bridge; do
   else code=$(docker inspect -f '{{.State.ExitCode}}' "$id" 2>/dev/null || echo "?"); fi
   [ "$code" = 0 ] && ok "$service exited 0 on SIGTERM" || fail "$service exited with $code on SIGTERM"
 done
+
+step "a cluster (docker-compose.cluster.yml): three pairs on PostgreSQL behind Caddy; kill the pair playing a guild"
+export TONEARM_POSTGRES_PASSWORD=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
+export TONEARM_TOKEN_SECRET=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
+CLUSTER_PORT=$(free_port)
+CURL=http://127.0.0.1:$CLUSTER_PORT
+started=$(date +%s)
+if ! ccompose build postgres >"$WORK/cluster-build.log" 2>&1; then tail -20 "$WORK/cluster-build.log"; fail "the PostgreSQL image did not build"
+elif ! TONEARM_PUBLISH=127.0.0.1:$CLUSTER_PORT ccompose up -d >"$WORK/cluster-up.log" 2>&1; then cat "$WORK/cluster-up.log"; fail "the cluster did not come up"
+else
+  ok "PostgreSQL image built and the cluster started in $(( $(date +%s) - started )) s"
+  healthy=0
+  for _ in $(seq 90); do
+    n=0
+    for r in router-a router-b router-c; do
+      ccompose exec -T "$r" curl -fsS --max-time 2 http://127.0.0.1:8080/health 2>/dev/null \
+        | python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin).get("cluster", {}).get("ok") else 1)' 2>/dev/null && n=$((n + 1))
+    done
+    [ "$n" = 3 ] && { healthy=1; break; }
+    sleep 1
+  done
+  [ "$healthy" = 1 ] && ok "all three pairs are members (their /health says cluster ok)" || fail "not every pair joined: $(ccompose logs --tail 10 2>&1 | tail -30)"
+  code=$(curl -s -o "$WORK/cplay.json" -w '%{http_code}' -X POST -H "Authorization: Bearer $BOT" -H 'Content-Type: application/json' \
+    -d '{"url":"tone-440.mp3"}' "$CURL/api/sessions/cluster-guild/play")
+  [ "$code" = 202 ] && ok "play through the balancer answered 202" || fail "play through the balancer answered $code: $(cat "$WORK/cplay.json")"
+  frames=$(python3 "$PROBE" "ws://127.0.0.1:$CLUSTER_PORT/bot?guild=cluster-guild&token=$BOT" record 4 "$WORK/c1.ogg" || echo 0)
+  hz=$(python3 "$PROBE" tone "$WORK/c1.ogg" 2>/dev/null || echo 0)
+  if [ "$frames" -ge 150 ] && [ "$hz" -ge 435 ] && [ "$hz" -le 445 ]; then ok "the guild is heard through the balancer: $frames frames, $hz Hz"
+  else fail "through the balancer: $frames frames, $hz Hz"; fi
+  owner=""
+  for p in a b c; do
+    ccompose exec -T "router-$p" curl -fsS --max-time 2 http://127.0.0.1:8080/health 2>/dev/null \
+      | python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["cluster"]["owned_sessions"] == 1 else 1)' 2>/dev/null && owner=$p
+  done
+  if [ -z "$owner" ]; then fail "no pair says it owns the guild"
+  else
+    ccompose kill engine-$owner router-$owner >/dev/null 2>&1 || fail "could not kill pair $owner"
+    killed=$(date +%s.%N)
+    heard=0
+    for _ in $(seq 8); do
+      frames=$(python3 "$PROBE" "ws://127.0.0.1:$CLUSTER_PORT/bot?guild=cluster-guild&token=$BOT" record 3 "$WORK/c2.ogg" 2>/dev/null || echo 0)
+      hz=$(python3 "$PROBE" tone "$WORK/c2.ogg" 2>/dev/null || echo 0)
+      if [ "$frames" -ge 100 ] && [ "$hz" -ge 435 ] && [ "$hz" -le 445 ]; then heard=1; break; fi
+      sleep 0.5
+    done
+    took=$(python3 -c "print(round($(date +%s.%N) - $killed, 1))")
+    [ "$heard" = 1 ] && ok "pair $owner killed: the guild plays again through the same address ($frames frames of $hz Hz; heard within $took s, counting the 3 s recording)" \
+      || fail "pair $owner killed: the guild was not heard again ($frames frames, $hz Hz) $(ccompose logs --tail 10 2>&1 | tail -30)"
+  fi
+fi
+ccompose down -v --remove-orphans >/dev/null 2>&1 || true
 
 step "summary"
 if [ "$failures" -eq 0 ]; then echo "smoke test passed"; else echo "smoke test: $failures check(s) failed"; exit 1; fi
