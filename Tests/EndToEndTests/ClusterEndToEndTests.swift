@@ -7,6 +7,7 @@ import Foundation
 import HummingbirdWSClient
 import Logging
 import NIOCore
+import NIOHTTP1
 import NIOWebSocket
 import Synchronization
 import TestSupport
@@ -132,6 +133,11 @@ final class PairCluster: @unchecked Sendable {
         _ = await (router, engine)
     }
 
+    /// Pair `index` is up again (started anew by the test).
+    func revive(_ index: Int) {
+        down.withLock { _ = $0.remove(index) }
+    }
+
     /// Kills both processes of pair `index`, as a host dying would.
     func kill(_ index: Int) async {
         down.withLock { _ = $0.insert(index) }
@@ -197,6 +203,22 @@ final class PairCluster: @unchecked Sendable {
         }
         // Placement spread the guilds: every pair plays some, and exactly one plays each.
         var owners = try cluster.owners()
+        // A pair that does not own a guild answers for it: its state (REST, forwarded) and its
+        // Ogg stream (forwarded as it streams).
+        let guest = try #require(cluster.pairs.indices.first { owners[guilds[0]] != "pair-\($0)" })
+        let forwarded = try await cluster.pairs[guest].getJSON(
+            cluster.pairs[guest].routerURL + "/api/sessions/\(guilds[0])", token: TonearmCluster.botToken)
+        #expect(forwarded?["status"] as? String == "playing", "\(forwarded ?? [:])")
+        var listen = HTTPClientRequest(url: cluster.pairs[guest].routerURL + "/listen/\(guilds[0]).ogg?token=\(TonearmCluster.botToken)")
+        listen.method = .GET
+        let stream = try await HTTPClient.shared.execute(listen, timeout: .seconds(5))
+        var ogg: [UInt8] = []
+        let listenedAt = ContinuousClock.now
+        for try await chunk in stream.body {
+            ogg += chunk.readableBytesView
+            if ContinuousClock.now - listenedAt > .seconds(2) { break }
+        }
+        #expect(stream.status.code == 200 && ogg.starts(with: Array("OggS".utf8)) && ogg.count > 8_000, "\(stream.status) \(ogg.count) bytes")
         let perPair = Dictionary(grouping: guilds, by: { owners[$0] ?? "" })
         #expect(Set(perPair.keys) == ["pair-0", "pair-1", "pair-2"], "placement: \(perPair)")
         let plays = await cluster.enginePlays()
@@ -434,5 +456,103 @@ final class PairCluster: @unchecked Sendable {
             "Router", arguments: ["migrate-database", "--from", single.directory.file("data/tonearm.sqlite"), "--to", postgres.url],
             environment: [:], logDirectory: single.directory.path)
         #expect(await again.waitForExit(timeout: .seconds(20)) && again.log.contains("1 were in PostgreSQL already"), "\(again.log)")
+    }
+
+    /// The failover figures over many kills (docs/benchmarks.md; not in `make test`: set
+    /// TONEARM_CLUSTER_KILLS, e.g. 20): 30 guilds on three pairs, bots through the live Routers in
+    /// turn; each round kills a random pair (SIGKILL, both processes), measures every moved
+    /// guild's silence and position error, then starts the pair again.
+    @Test(.enabled(if: postgresInstalled && ProcessInfo.processInfo.environment["TONEARM_CLUSTER_KILLS"] != nil), .timeLimit(.minutes(30)))
+    func failoverOverManyKills() async throws {
+        let kills = Int(ProcessInfo.processInfo.environment["TONEARM_CLUSTER_KILLS"] ?? "") ?? 20
+        let tones = [440, 550, 660, 770, 880, 990]
+        let cluster = try PairCluster(tones: tones)
+        defer { Task { [cluster] in await cluster.stop() } }
+        try await cluster.start()
+        let guilds = (0..<30).map { "many-\($0)" }
+        let bots = guilds.enumerated().map { index, guild in
+            BalancedListener(session: guild, addresses: { [cluster] in cluster.liveAddresses }, start: index)
+        }
+        defer { for bot in bots { bot.close() } }
+        for (index, guild) in guilds.enumerated() {
+            let pair = cluster.pairs[index % cluster.pairs.count]
+            #expect(try await pair.play(guild, "tone-\(tones[index % tones.count]).mp3").status == 202)
+        }
+        #expect(await eventually(timeout: .seconds(30)) { bots.allSatisfy { $0.audio().count >= 100 } })
+        var silences: [Double] = []
+        var errors: [Double] = []
+        var twice = 0
+        var lost = 0
+        for round in 0..<kills {
+            let owners = try cluster.owners()
+            let victim = Int.random(in: 0..<cluster.pairs.count)
+            let moved = Set(guilds.filter { owners[$0] == "pair-\(victim)" })
+            let heard = Dictionary(uniqueKeysWithValues: bots.map { ($0.session, $0.audio().count) })
+            let position = Dictionary(uniqueKeysWithValues: bots.map { bot in
+                (bot.session, bot.events().last { $0.json["type"] as? String == "progress" }.map { event in
+                    ((event.json["position_ms"] as? NSNumber)?.doubleValue ?? 0, event.at) })
+            })
+            let killedAt = ContinuousClock.now
+            await cluster.kill(victim)
+            let back = await eventually(timeout: .seconds(15)) {
+                bots.filter { moved.contains($0.session) }.allSatisfy { bot in
+                    bot.events().contains { $0.at > killedAt.advanced(by: .milliseconds(500)) && $0.json["type"] as? String == "progress" }
+                }
+            }
+            if !back {
+                lost += 1
+                let missing = bots.filter { bot in
+                    moved.contains(bot.session)
+                        && !bot.events().contains { $0.at > killedAt.advanced(by: .milliseconds(500)) && $0.json["type"] as? String == "progress" }
+                }
+                print("round \(round + 1): not back: \(missing.map { "\($0.session) codes \($0.codes.suffix(3)) connections \($0.connectionCount)" }); owners \(try cluster.owners().filter { o in missing.contains { $0.session == o.key } })")
+            }
+            for bot in bots where moved.contains(bot.session) {
+                let audio = bot.audio()
+                let times = [killedAt] + audio.filter { $0.at > killedAt }.map(\.at)
+                guard let gap = zip(times, times.dropFirst()).max(by: { $0.1 - $0.0 < $1.1 - $1.0 }) else { continue }
+                let silence = gap.1 - killedAt
+                silences.append(ClusterEndToEndTests.seconds(silence))
+                // Where the track was at the kill (the last progress, moved on by the frames heard
+                // after it), against where the new pair began.
+                guard let (before, at) = position[bot.session] ?? nil,
+                    let progress = bot.events().first(where: { $0.at > gap.1 && $0.json["type"] as? String == "progress" })
+                else { continue }
+                let framesAfter = audio.filter { $0.at > at && $0.at <= killedAt }.count
+                let heardMS = before + Double(framesAfter) * 20
+                let since = audio.filter { $0.at >= gap.1 && $0.at < progress.at }.count
+                let resumedMS = ((progress.json["position_ms"] as? NSNumber)?.doubleValue ?? 0) - Double(since) * 20
+                errors.append(abs(resumedMS - heardMS) / 1000)
+                if abs(resumedMS - heardMS) > 1_500 {
+                    print("round \(round + 1): \(bot.session) heard \(heardMS) ms, resumed \(resumedMS) ms (progress \(before) at \(at - killedAt), \(framesAfter) frames after it)")
+                }
+                _ = heard
+            }
+            let plays = await cluster.enginePlays()
+            twice += guilds.filter { guild in plays.values.filter { $0.contains(guild) }.count > 1 }.count
+            // The pair comes back (a new process on the same ports) for the next round.
+            try cluster.pairs[victim].startEngine()
+            try cluster.pairs[victim].startRouter()
+            cluster.revive(victim)
+            #expect(await eventually(timeout: .seconds(20)) { await cluster.pairs[victim].routerLinkUp() })
+            // Some play time on the new layout before the next kill (and a checkpoint or two).
+            try await Task.sleep(for: .seconds(4))
+            print("kill \(round + 1)/\(kills): pair-\(victim), \(moved.count) guilds moved")
+        }
+        silences.sort()
+        errors.sort()
+        func percentile(_ values: [Double], _ p: Double) -> Double {
+            values.isEmpty ? .nan : values[min(values.count - 1, Int((Double(values.count) * p).rounded(.up)) - 1)]
+        }
+        print(String(
+            format: "failover over %d kills, %d guilds moved: silence p50 %.2f s, p99 %.2f s, max %.2f s; position error p50 %.2f s, p99 %.2f s, max %.2f s; rounds not all back in 15 s: %d; guilds in two engines after a round: %d",
+            kills, silences.count, percentile(silences, 0.5), percentile(silences, 0.99), silences.last ?? .nan,
+            percentile(errors, 0.5), percentile(errors, 0.99), errors.last ?? .nan, lost, twice))
+        #expect(lost == 0 && twice == 0)
+        await cluster.stop()
+    }
+
+    static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
     }
 }

@@ -56,7 +56,6 @@ final class ClusterMember: Service, Sendable {
         var owned: [SessionID: (epoch: Int64, since: ContinuousClock.Instant)] = [:]
         /// When the last renewal that succeeded was sent.
         var renewedAt: ContinuousClock.Instant?
-        var pairs: [ClusterDatabase.Pair] = []
         var draining = false
         var fences: UInt64 = 0
         var takeovers: UInt64 = 0
@@ -126,7 +125,6 @@ final class ClusterMember: Service, Sendable {
                     throw Self.unavailable("the pair that plays this session stopped answering; it moves within seconds")
                 }
                 let pairs = try await database.livePairs(within: settings.pairTimeout)
-                state.withLock { $0.pairs = pairs }
                 guard let best = LoadScore.best(of: pairs, for: id.description) else {
                     throw Self.unavailable("every pair of the cluster is full or draining")
                 }
