@@ -57,6 +57,7 @@ package enum AudioEngineService {
             configuration: .init(
                 services: [
                     .init(service: socket), .init(service: pacer), .init(service: background), .init(service: app),
+                    .init(service: HandOverGrace(manager: manager, grace: configuration.handOverGrace)),
                 ],
                 gracefulShutdownSignals: [.sigterm, .sigint],
                 logger: logger))

@@ -36,6 +36,9 @@ package struct EngineConfiguration: Sendable {
     var resolveTimeout: Duration = .seconds(15)
     /// The yt-dlp search prefix for `GET /search` (`ytsearch`, `scsearch`, …).
     var searchPrefix = "ytsearch"
+    /// Told to stop, the engine goes on playing for up to this long while its Router hands the
+    /// sessions to other pairs of a cluster, and stops as soon as none is heard (0: at once).
+    var handOverGrace: Duration = .zero
 
     init() {}
 
@@ -95,6 +98,9 @@ package struct EngineConfiguration: Sendable {
         if let value = environment["TONEARM_SOURCE_CA_FILE"], !value.isEmpty { sourceAuthorities = value }
         if let value = environment["TONEARM_YTDLP"] { ytdlpPath = value }
         if let value = environment["TONEARM_SEARCH_PREFIX"] { searchPrefix = value }
+        if let value = environment["TONEARM_HANDOVER_GRACE"] {
+            handOverGrace = .seconds(try Self.int(value, "TONEARM_HANDOVER_GRACE", 0...60))
+        }
         if let value = environment["TONEARM_RESOLVE_CONCURRENCY"] {
             resolveLimits.limit = try Self.int(value, "TONEARM_RESOLVE_CONCURRENCY", 1...64)
         }

@@ -14,9 +14,17 @@ public struct PlayRequest: Sendable, Equatable, Codable {
     /// Loudness normalisation from this play on (as it was when absent; on for a new session
     /// unless the engine is configured otherwise).
     public var normalize: Bool?
+    /// Wall-clock ms since 1970 before which the play sends nothing: it opens, seeks and encodes
+    /// ahead meanwhile, and its first frame goes out on the first tick at or after then (a
+    /// hand-over from another engine; see HandOverRequest). Absent: as soon as it can.
+    public var startAtMS: Int64?
 
-    public init(url: String?, startMS: Int64? = nil, volume: Int? = nil, filters: Filters? = nil, normalize: Bool? = nil) {
+    public init(
+        url: String?, startMS: Int64? = nil, volume: Int? = nil, filters: Filters? = nil, normalize: Bool? = nil,
+        startAtMS: Int64? = nil
+    ) {
         self.url = url
+        self.startAtMS = startAtMS
         self.startMS = startMS
         self.volume = volume
         self.filters = filters
@@ -26,5 +34,6 @@ public struct PlayRequest: Sendable, Equatable, Codable {
     enum CodingKeys: String, CodingKey {
         case url, volume, filters, normalize
         case startMS = "start_ms"
+        case startAtMS = "start_at_ms"
     }
 }

@@ -35,11 +35,11 @@ import WireProtocol
     }
 
     /// One tick of the session: what it wrote, in order ("ready 1", "audio 7", "finished 1 stopped").
-    func tick(_ session: inout EngineSession, late: UInt64 = 0, progressInterval: UInt64 = 50) throws
+    func tick(_ session: inout EngineSession, late: UInt64 = 0, progressInterval: UInt64 = 50, wallMS: Int64 = 0) throws
         -> (written: [String], tick: SessionTick)
     {
         var batch = TickBatch()
-        let tick = session.tick(id, into: &batch, lateTicks: late, progressInterval: progressInterval)
+        let tick = session.tick(id, into: &batch, lateTicks: late, progressInterval: progressInterval, wallMS: wallMS)
         var written: [String] = []
         let processor = NIOSingleStepByteToMessageProcessor(WireMessageDecoder())
         try processor.process(buffer: batch.all) { message in
@@ -85,6 +85,43 @@ import WireProtocol
         #expect(session.counters.nulled == 1 && session.counters.sent == 1)
         _ = session.seek(toMS: 500)
         #expect(try tick(&session, late: 2).tick.counted == FrameCounters(), "a seek's wait is its latency")
+    }
+
+    /// A hand-over: the handing engine's last frame is the one before the answered position, and
+    /// its `finished` names that position; the taking engine's play is silent until the moment,
+    /// then sends the frames it encoded meanwhile, one per tick.
+    @Test func aHandedOverPlayEndsWhereTheTakingPlayStarts() throws {
+        let playback = play(1)
+        var handing = started(playback, at: 1_000)
+        leave([.opened(info, passthrough: false)] + (1...20).map { frame(UInt8($0)) }, in: playback)
+        _ = try tick(&handing, wallMS: 100_000)
+        // 1020 now; the moment is 100 ms ahead on the wall clock: five more frames.
+        let position = handing.handOver(at: 100_100, now: 100_000)
+        #expect(position == 1_120)
+        var heard: [String] = []
+        for tickNumber in 1...8 { heard += try tick(&handing, wallMS: 100_000 + Int64(tickNumber) * 20).written }
+        #expect(heard == ["audio 2", "audio 3", "audio 4", "audio 5", "audio 6", "finished 1 stopped at 1120"])
+        #expect(handing.playback == nil && handing.machine.state == .stopped)
+
+        let taking = play(2)
+        var session = started(taking, at: position)
+        session.startAtMS = 100_100
+        leave([.opened(info, passthrough: false), frame(6), frame(7)], in: taking)
+        #expect(try tick(&session, wallMS: 100_080).written.isEmpty, "primed, waiting for the moment")
+        #expect(try tick(&session, wallMS: 100_100).written == ["ready 2 at 1120", "audio 6"])
+        #expect(try tick(&session, wallMS: 100_120).written == ["audio 7"])
+    }
+
+    /// A play that fell behind does not run on past the moment by more than a few ticks: the
+    /// other engine is heard from then on.
+    @Test func aHandOverEndsAtItsDeadlineWhenThePlayFellBehind() throws {
+        let playback = play(1)
+        var session = started(playback)
+        leave([.opened(info, passthrough: false), frame(1)], in: playback)
+        _ = try tick(&session, wallMS: 0)
+        _ = session.handOver(at: 60, now: 0)
+        #expect(try tick(&session, wallMS: 150).written.isEmpty, "starved, before the deadline")
+        #expect(try tick(&session, wallMS: 160).written == ["finished 1 stopped at 20"])
     }
 
     @Test func progressFallsOnTheSessionsOwnTickOfTheInterval() throws {

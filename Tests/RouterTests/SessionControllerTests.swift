@@ -34,6 +34,11 @@ final class ScriptedEngine: EngineControl {
     /// What `activePlays()` answers; nil: the engine cannot be reached.
     func setActivePlays(_ plays: [SessionID: UInt64]?) { state.withLockedValue { $0.active = plays } }
 
+    func handOver(_ id: SessionID, atMS: Int64) async throws(APIError) -> HandOverPoint {
+        state.withLockedValue { $0.calls.append("handover at \(atMS)") }
+        return HandOverPoint(sessionID: id, playID: 1, positionMS: 0, atMS: atMS)
+    }
+
     func activePlays() async throws -> [SessionID: UInt64] {
         guard let plays = state.withLockedValue({ $0.active }) else { throw APIError.internalError }
         return plays
@@ -56,12 +61,12 @@ final class ScriptedEngine: EngineControl {
     }
 
     func play(
-        _ id: SessionID, url: String, startMS: Int64?, volume: Int, filters: Filters, normalize: Bool
+        _ id: SessionID, url: String, startMS: Int64?, startAtMS: Int64?, volume: Int, filters: Filters, normalize: Bool
     ) async throws(APIError) -> UInt64 {
         await gate("play:" + url)
         let playID = state.withLockedValue { state -> UInt64? in
             state.calls.append(
-                "play \(url)" + (startMS.map { " from \($0)" } ?? "")
+                "play \(url)" + (startMS.map { " from \($0)" } ?? "") + (startAtMS.map { " at \($0)" } ?? "")
                     + (filters.isEmpty ? "" : " " + SessionControl.filters(filters).description)
                     + (normalize ? "" : " unnormalized"))
             guard !state.refuse.contains(url) else { return nil }

@@ -34,6 +34,31 @@ import WireProtocol
         #expect(store.counters.framesRouted == 10)
     }
 
+    /// After a hand-over, a client that reconnects a moment late gets the frames it missed first
+    /// (the last 15 at most), then the live ones; after the window, a new client gets only live ones.
+    @Test func aClientJoiningAfterAHandOverGetsTheFramesItMissedFirst() async throws {
+        let store = SessionStore()
+        let id = try SessionID("moved")
+        store.register(id)
+        store.keepCatchUp(id, until: .now + .seconds(1))
+        for i in 0..<20 { store.route(packet(id, UInt8(i))) }
+        let late = store.subscribe(id)
+        store.route(packet(id, 20))
+        let got = await drain(late, 16).compactMap { if case .audio(let p) = $0 { p.getInteger(at: p.readerIndex, as: UInt8.self) } else { nil } }
+        #expect(got == (5...20).map { UInt8($0) })
+
+        let other = try SessionID("other")
+        store.register(other)
+        store.keepCatchUp(other, until: .now + .milliseconds(30))
+        store.route(packet(other, 1))
+        try await Task.sleep(for: .milliseconds(60))
+        store.route(packet(other, 2))
+        let afterWindow = store.subscribe(other)
+        store.route(packet(other, 3))
+        let live = await drain(afterWindow, 1).compactMap { if case .audio(let p) = $0 { p.getInteger(at: p.readerIndex, as: UInt8.self) } else { nil } }
+        #expect(live == [3])
+    }
+
     @Test func packetsForUnknownSessionsAreDroppedAndCounted() throws {
         let store = SessionStore()
         store.route(packet(try SessionID("ghost"), 1))

@@ -9,6 +9,7 @@ extension SessionInfo: ResponseEncodable {}
 extension SessionList: ResponseEncodable {}
 extension StopResult: ResponseEncodable {}
 extension NextQueued: ResponseEncodable {}
+extension HandOverPoint: ResponseEncodable {}
 
 extension ControlAPI {
     func addSessionRoutes(to router: Router<some RequestContext>) {
@@ -17,8 +18,15 @@ extension ControlAPI {
             let body = try await Self.decode(PlayRequest.self, request, context)
             let started = try manager.play(
                 sessionID: id, url: try Self.required(body.url), startMS: body.startMS ?? 0, volume: body.volume, filters: body.filters,
-                normalize: body.normalize)
+                normalize: body.normalize, startAtMS: body.startAtMS)
             return EditedResponse(status: .accepted, response: started)
+        }
+        router.post("/session/:id/handover") { request, context -> HandOverPoint in
+            let id = try Self.sessionID(context)
+            guard let at = try await Self.decode(HandOverRequest.self, request, context).atMS else {
+                throw APIError.badRequest("invalid_time", "the body needs \"at_ms\": wall-clock milliseconds since 1970")
+            }
+            return try manager.handOver(sessionID: id, atMS: at)
         }
         router.post("/session/:id/next") { request, context -> EditedResponse<NextQueued> in
             let id = try Self.sessionID(context)

@@ -20,12 +20,22 @@ extension EngineSession {
     /// Moves the leading markers and at most one frame of the session's play into the batch,
     /// counts the deadline's outcome, and takes an ended play off the session.
     mutating func tick(
-        _ id: SessionID, into batch: inout TickBatch, lateTicks: UInt64, progressInterval: UInt64
+        _ id: SessionID, into batch: inout TickBatch, lateTicks: UInt64, progressInterval: UInt64, wallMS: Int64
     ) -> SessionTick {
         var outcome = SessionTick()
         guard let playback else { return outcome }
         let playing = machine.state
         guard playing == .streaming || playing == .extracting else { return outcome }
+        // A hand-over's play waits, primed, for its moment; the play it takes over from ends there.
+        if let start = startAtMS {
+            guard wallMS >= start else { return outcome }
+            startAtMS = nil
+        }
+        if let handOver, positionMS >= handOver.positionMS || wallMS >= handOver.deadlineMS {
+            handedOver(id, playback, into: &batch)
+            outcome.ended = playback
+            return outcome
+        }
         if playing == .streaming && playStarted { outcome.counted.deficit = lateTicks }
         while true {
             guard let head = playback.nextOutboxItem() else {
@@ -116,6 +126,17 @@ extension EngineSession {
         self.passthrough = passthrough
         if (framesSinceBase &+ progressPhase) % max(progressInterval, 1) == 0 {
             batch.append(WireEvent(type: .progress, sessionID: id, playID: machine.playID, positionMS: positionMS))
+        }
+    }
+
+    /// The play reached its hand-over: `finished`/`stopped` with code `handed_over`, its position
+    /// the first one it did not send.
+    private mutating func handedOver(_ id: SessionID, _ playback: Playback, into batch: inout TickBatch) {
+        playback.cancel()
+        guard let stop = stop(id, code: "handed_over") else { return }
+        for var event in stop.events {
+            if event.playID == stop.playID { event.positionMS = positionMS }
+            batch.append(event)
         }
     }
 

@@ -37,6 +37,11 @@ struct EngineSession {
     /// The play asked to follow the current one.
     var nextPlayID: UInt64?
     var lastChange = ContinuousClock.now
+    /// Wall-clock ms before which the play sends nothing: a hand-over's start (PlayRequest).
+    var startAtMS: Int64?
+    /// A hand-over to another engine: the play ends before its frame at `positionMS`, or at
+    /// `deadlineMS` (wall clock) if it fell behind and has not reached it.
+    var handOver: (positionMS: Int64, deadlineMS: Int64)?
 
     init(normalize: Bool) { self.normalize = normalize }
 
@@ -82,6 +87,8 @@ struct EngineSession {
         durationMS = nil
         passthrough = false
         restartPosition(atMS: startMS)
+        startAtMS = nil
+        handOver = nil
         // Until the play's first frame goes out, an empty deadline is its start-up, not lateness.
         playStarted = false
         lastChange = .now
@@ -95,10 +102,23 @@ struct EngineSession {
         guard case .stop(let playID) = machine.handle(.stop) else { return nil }
         let stopped = playback
         playback = nil
+        handOver = nil
         lastChange = .now
         var finished = SessionManager.finished(id, playID, .stopped)
         finished.code = code
         return (playID, stopped, [finished] + owedEnds(id, .stopped))
+    }
+
+    /// Where the play will be at wall-clock `atMS` (now `nowMS`), sending one frame per tick until
+    /// then, and from there on it sends nothing: the engine taking it over starts there.
+    mutating func handOver(at atMS: Int64, now nowMS: Int64) -> Int64 {
+        let frames = max(0, atMS - nowMS) / 20
+        let position = MediaTime.sum(positionMS, Int64(min(Double(frames * 20) * filters.sourceRate, 1e12)))
+        let target = durationMS.map { min(position, $0) } ?? position
+        // A play that fell behind gets a few ticks to catch up, no more: the other engine starts then.
+        handOver = (target, MediaTime.sum(atMS, 100))
+        lastChange = .now
+        return target
     }
 
     /// A seek the state machine allowed: the position the play seeks to (the requested one,

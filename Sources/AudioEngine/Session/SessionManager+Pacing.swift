@@ -16,6 +16,7 @@ extension SessionManager {
         var refill: [(Playback, UInt64)] = []
         var retired: [Playback] = []
         let refillAt = max(configuration.leadFrames - configuration.refillFrames, 0)
+        let wallMS = Self.wallClockMS()
         state.withLock { state in
             for event in state.pendingEvents { batch.append(event) }
             state.pendingEvents.removeAll(keepingCapacity: true)
@@ -30,7 +31,7 @@ extension SessionManager {
                 let id = state.sessions.keys[index]
                 guard let playback = state.sessions.values[index].playback else { continue }
                 let tick = state.sessions.values[index].tick(
-                    id, into: &batch, lateTicks: lateTicks, progressInterval: configuration.progressInterval)
+                    id, into: &batch, lateTicks: lateTicks, progressInterval: configuration.progressInterval, wallMS: wallMS)
                 tickTotals.add(tick.counted)
                 if let ended = tick.ended {
                     retired.append(ended)

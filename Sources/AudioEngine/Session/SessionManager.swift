@@ -55,10 +55,17 @@ package final class SessionManager: Sendable {
     /// Starts playing `url` on `sessionID`, replacing whatever that session played.
     package func play(
         sessionID: SessionID, url: String, startMS: Int64 = 0, volume: Int? = nil, filters: Filters? = nil,
-        normalize: Bool? = nil
+        normalize: Bool? = nil, startAtMS: Int64? = nil
     ) throws(APIError) -> PlayStarted {
         guard (0...MediaTime.maxMS).contains(startMS) else {
             throw .badRequest("invalid_position", "\"start_ms\" must be from 0 to \(MediaTime.maxMS), got \(startMS)")
+        }
+        if let startAtMS {
+            let now = Self.wallClockMS()
+            guard startAtMS <= MediaTime.sum(now, HandOverPoint.maxLeadMS) else {
+                throw .badRequest(
+                    "invalid_start_at", "\"start_at_ms\" must be within the next \(HandOverPoint.maxLeadMS / 1000) s of the engine's clock")
+            }
         }
         if let volume { try Self.checkVolume(volume) }
         if let problem = filters?.problem { throw .badRequest("invalid_filters", problem) }
@@ -83,6 +90,7 @@ package final class SessionManager: Sendable {
                 source: ready)
             state.nextPlayID += 1
             let started = session.start(playback, sessionID, url: url, startMS: startMS, metadata: ready?.metadata)
+            session.startAtMS = startAtMS
             started.replaced?.cancel()
             replaced = started.replaced
             state.pendingEvents += started.events
@@ -163,6 +171,37 @@ package final class SessionManager: Sendable {
         fills.retire([retired].compactMap { $0 })
         if let stopped { logger.info("stop", metadata: ["session.id": "\(sessionID)", "play.id": "\(stopped)"]) }
         return stopped != nil
+    }
+
+    /// Schedules the session's play to end at wall-clock `atMS`, where another engine takes it
+    /// over; answers the position that engine starts at (HandOverRequest).
+    func handOver(sessionID: SessionID, atMS: Int64) throws(APIError) -> HandOverPoint {
+        let now = Self.wallClockMS()
+        guard atMS >= now, atMS <= MediaTime.sum(now, HandOverPoint.maxLeadMS) else {
+            throw .badRequest(
+                "invalid_time", "\"at_ms\" must be within the next \(HandOverPoint.maxLeadMS / 1000) s of the engine's clock, got \(atMS)")
+        }
+        let point = try state.withLock { state throws(APIError) -> HandOverPoint in
+            guard var session = state.sessions[sessionID] else { throw Self.unknown(sessionID) }
+            guard session.machine.state == .streaming, session.playStarted, session.startAtMS == nil,
+                let playID = session.machine.playID
+            else {
+                throw APIError(
+                    status: .conflict, code: "invalid_state", message: "only a play that is being heard can be handed over")
+            }
+            let position = session.handOver(at: atMS, now: now)
+            state.sessions[sessionID] = session
+            return HandOverPoint(sessionID: sessionID, playID: playID, positionMS: position, atMS: atMS)
+        }
+        logger.info(
+            "hand-over scheduled",
+            metadata: ["session.id": "\(sessionID)", "position.ms": "\(point.positionMS)", "in.ms": "\(atMS - now)"])
+        return point
+    }
+
+    /// Milliseconds since 1970 by this host's clock: what two engines agree on a hand-over's moment by.
+    static func wallClockMS() -> Int64 {
+        Int64(Date().timeIntervalSince1970 * 1_000)
     }
 
     func pause(sessionID: SessionID, playID: UInt64? = nil) throws(APIError) -> SessionInfo {
@@ -248,6 +287,13 @@ package final class SessionManager: Sendable {
         }
         if let playback, let claim = playback.claimOrTakeOverFill() { fills.schedule(claimed: [(playback, claim)], on: .openers) }
         return info
+    }
+
+    /// How many sessions have a play in progress (opening, or heard).
+    var playingCount: Int {
+        state.withLock { state in
+            state.sessions.values.reduce(0) { $0 + ($1.playback != nil && $1.machine.state != .paused ? 1 : 0) }
+        }
     }
 
     /// Stops every session (graceful shutdown); each play's `finished` says `engine_stopping`, so

@@ -197,6 +197,21 @@ struct ClusterDatabase: Sendable {
 
     /// Lets go of a session this pair holds at `epoch` (released from memory, or drained away):
     /// its lease ends now, so another pair may take it at once.
+    /// Gives a session this pair owns at `epoch` straight to `pair`, with the snapshot it starts
+    /// from (a hand-over); answers the new epoch, or nil when this pair no longer owned it.
+    func transfer(_ id: SessionID, epoch: Int64, to pair: String, lease: Duration, snapshot: String) async throws -> Int64? {
+        let rows = try await client.query(
+            """
+            UPDATE tonearm_session SET owner = \(pair), epoch = epoch + 1, snapshot = \(snapshot), active = true,
+                lease_until = clock_timestamp() + make_interval(secs => \(Self.seconds(lease))),
+                updated_at = clock_timestamp(), renewed_at = clock_timestamp()
+            WHERE id = \(id.description) AND owner = \(pairID) AND epoch = \(epoch)
+            RETURNING epoch
+            """, logger: logger)
+        for try await epoch in rows.decode(Int64.self) { return epoch }
+        return nil
+    }
+
     func release(_ id: SessionID, epoch: Int64) async throws {
         try await client.query(
             """

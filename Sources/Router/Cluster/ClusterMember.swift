@@ -7,6 +7,7 @@
 // with the lowest load score. A pair whose last successful renewal was sent more than
 // `lease - fenceMargin` ago stops every play it holds: by then another pair may be about to take
 // them, and no guild is ever heard from two pairs at once. docs/cluster.md has the timings.
+import EngineAPI
 import Foundation
 import HTTPTypes
 import Logging
@@ -188,22 +189,60 @@ final class ClusterMember: Service, Sendable {
     /// placement gives it nothing new.
     var isDraining: Bool { state.withLock { $0.draining } }
 
-    /// Hands every session this pair owns to the others: each one's snapshot is stored with its
-    /// position as of now, its play here stops, its clients are told to connect again (4012), and
-    /// its lease ends at once, so the pair with the lowest score takes it at its next round
-    /// instead of after the lease. Answers how many were handed over.
+    /// How far ahead a hand-over's moment is set: time for the taking pair's next round (it learns
+    /// of the session by renewing its leases, every lease/8) and for its engine to open the track
+    /// and encode ahead.
+    static let handOverLeadMS: Int64 = 1_500
+
+    /// Hands every session this pair owns to the others, and takes no new ones. A session being
+    /// heard goes at an agreed moment `handOverLeadMS` ahead: this pair's engine answers where its
+    /// play will be then and sends nothing after; the row names the taking pair (the one with the
+    /// lowest load score), the position and the moment; that pair's engine opens the track there
+    /// ahead of time and sends its first frame at the moment. The clients here hear this engine
+    /// until then, and are told to connect again (4012) just after; the taking pair's Router
+    /// keeps the first frames for them (SessionStore.CatchUp). Any other session (paused, idle,
+    /// near its track's end) is stored as of now and its lease ended at once, for the others'
+    /// next round. Answers how many were handed over.
     @discardableResult
     func handOver() async -> Int {
         state.withLock { $0.draining = true }
         try? await database.heartbeat(
             address: settings.address, sessions: ownedCount, maxSessions: settings.maxSessions, load: LoadScore.hostLoad(),
             lateFrames: 0, draining: true)
+        var pairs = ((try? await database.livePairs(within: settings.pairTimeout)) ?? []).filter { $0.id != settings.pairID }
+        let atMS = SessionDirectory.wallClockMS() + Self.handOverLeadMS
         // The database first, for every session (a few ms each), then the engine: an engine
         // being stopped too may answer slowly or not at all, and must not hold the hand-over.
         let owned = state.withLock { $0.owned }
         var handed: [SessionID] = []
+        var scheduled: [SessionID] = []
         for (id, ownership) in owned {
-            if let snapshot = await directory?.checkpoint(id), let json = try? JSONCoding.encoder.encode(snapshot) {
+            var snapshot = await directory?.checkpoint(id)
+            if let current = snapshot, let directory, Self.mayScheduleHandOver(current),
+                let best = LoadScore.best(of: pairs, for: id.description), let index = pairs.firstIndex(of: best),
+                let point = await directory.scheduleHandOver(id, atMS: atMS)
+            {
+                var moving = current
+                moving.positionMS = point.positionMS
+                moving.startAtMS = point.atMS
+                snapshot = moving
+                if let json = try? JSONCoding.encoder.encode(moving),
+                    case let given?? = try? await database.transfer(
+                        id, epoch: ownership.epoch, to: best.id, lease: settings.lease, snapshot: String(decoding: json, as: UTF8.self))
+                {
+                    state.withLock { _ = $0.owned.removeValue(forKey: id) }
+                    await directory.detach(id)
+                    pairs[index].sessions += 1
+                    scheduled.append(id)
+                    logger.info(
+                        "hand-over scheduled",
+                        metadata: ["session.id": "\(id)", "to": "\(best.id)", "epoch": "\(given)", "position.ms": "\(point.positionMS)"])
+                    continue
+                }
+                // Not given (the database did not answer): stored and let go as below; this
+                // engine stops at the moment all the same, and whoever takes it starts there.
+            }
+            if let snapshot, let json = try? JSONCoding.encoder.encode(snapshot) {
                 _ = try? await database.store(
                     id, json: String(decoding: json, as: UTF8.self), active: snapshot.isActive, epoch: ownership.epoch)
             }
@@ -215,9 +254,27 @@ final class ClusterMember: Service, Sendable {
             await withDiscardingTaskGroup { group in
                 for id in handed { group.addTask { await directory.drop(id) } }
             }
+            if !scheduled.isEmpty {
+                // Each session's clients move once its last frame here is out (the engine's
+                // `finished`/`handed_over`); this is for an engine that never says so.
+                try? await Task.sleep(until: SessionDirectory.instant(ofWallClockMS: atMS) + .milliseconds(300))
+                for id in scheduled { await directory.finishHandOver(id) }
+            }
         }
-        if !handed.isEmpty { logger.notice("handed this pair's sessions to the others", metadata: ["sessions": "\(handed.count)"]) }
-        return handed.count
+        let total = handed.count + scheduled.count
+        if total > 0 {
+            logger.notice(
+                "handed this pair's sessions to the others", metadata: ["sessions": "\(total)", "at.moment": "\(scheduled.count)"])
+        }
+        return total
+    }
+
+    /// Whether a session is handed over at an agreed moment rather than at once: it is being
+    /// heard, and its track does not end (or fade into the next) before the moment.
+    static func mayScheduleHandOver(_ snapshot: SessionSnapshot) -> Bool {
+        guard snapshot.queue.status == .playing, snapshot.startAtMS == nil, snapshot.queue.currentTrack != nil else { return false }
+        guard let duration = snapshot.queue.currentTrack?.durationMS else { return true }
+        return duration - snapshot.positionMS > handOverLeadMS + Int64(snapshot.crossfadeMS) + 1_000
     }
 
     /// The directory released `id` (idle, no clients): its lease ends now.

@@ -129,8 +129,10 @@ struct ClusterRelay: Sendable {
     }
 
     /// One upstream connection: the owner's messages go to the client until the connection ends
-    /// or the session's owner is no longer `address` (checked every second, so a pair cut off
-    /// without closing its connections is left too).
+    /// or the session's owner is no longer `address` and it has gone quiet (checked every second,
+    /// so a pair cut off without closing its connections is left too). A pair handing the session
+    /// over at a moment still to come keeps sending until then, and closes with 4012 after its
+    /// last frame: the relay stays to the end of it.
     private func upstream(
         _ id: SessionID, address: String, request: Request, outbound: WebSocketOutboundWriter,
         writer: UpstreamSlot
@@ -144,6 +146,7 @@ struct ClusterRelay: Sendable {
             case closed(WebSocketCloseFrame?)
             case moved
         }
+        writer.lastHeard.withLock { $0 = .now }
         do {
             let outcome = try await withThrowingTaskGroup(of: Outcome.self) { group in
                 group.addTask {
@@ -151,6 +154,7 @@ struct ClusterRelay: Sendable {
                         try await WebSocketClient.connect(url: url, configuration: configuration, logger: logger) { inbound, upstreamOutbound, _ in
                             writer.writer.withLock { $0 = upstreamOutbound }
                             for try await message in inbound.messages(maxSize: 1 << 20) {
+                                writer.lastHeard.withLock { $0 = .now }
                                 switch message {
                                 case .binary(let bytes): try await outbound.write(.binary(bytes))
                                 case .text(let text): try await outbound.write(.text(text))
@@ -162,6 +166,7 @@ struct ClusterRelay: Sendable {
                     // The owner may change without this connection noticing (a pair cut off).
                     while true {
                         try await Task.sleep(for: .seconds(1))
+                        guard ContinuousClock.now - writer.lastHeard.withLock({ $0 }) > .milliseconds(500) else { continue }
                         if let placement = try? await member.place(id), placement != .remote(address) { return .moved }
                     }
                 }
@@ -190,6 +195,8 @@ struct ClusterRelay: Sendable {
 /// The upstream connection a relayed client's commands go to, while there is one.
 final class UpstreamSlot: Sendable {
     let writer = Mutex<WebSocketOutboundWriter?>(nil)
+    /// When the upstream last sent anything.
+    let lastHeard = Mutex(ContinuousClock.now)
 }
 
 /// Forwards requests for sessions another pair owns (`/api/sessions/{id}…`, `/listen/{id}.ogg`)

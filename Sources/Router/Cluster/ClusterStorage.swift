@@ -15,7 +15,8 @@ struct ClusterStorage: SessionStorage {
     func load(_ id: SessionID) async throws -> SessionSnapshot? {
         guard let (json, playedAfterMS) = try await database.snapshot(of: id), !json.isEmpty else { return nil }
         var snapshot = try JSONDecoder().decode(SessionSnapshot.self, from: Data(json.utf8))
-        snapshot.advance(byPlaying: playedAfterMS)
+        // A hand-over's position is where the new owner starts, at its moment: it does not move.
+        if snapshot.startAtMS == nil { snapshot.advance(byPlaying: playedAfterMS) }
         return snapshot
     }
 

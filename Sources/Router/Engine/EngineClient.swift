@@ -21,9 +21,13 @@ extension EngineLink {
 /// the queue wiring give a scripted one.
 protocol EngineControl: Sendable {
     /// Starts `url` on the session, replacing its current play; answers the engine's play id.
+    /// With `startAtMS` (wall-clock ms) its first frame goes out then, not before (a hand-over).
     func play(
-        _ id: SessionID, url: String, startMS: Int64?, volume: Int, filters: Filters, normalize: Bool
+        _ id: SessionID, url: String, startMS: Int64?, startAtMS: Int64?, volume: Int, filters: Filters, normalize: Bool
     ) async throws(APIError) -> UInt64
+    /// Schedules the session's play to end at wall-clock `atMS`, where another pair's engine
+    /// takes it over; answers the position that engine starts at.
+    func handOver(_ id: SessionID, atMS: Int64) async throws(APIError) -> HandOverPoint
     /// A control of the session's current play (the engine refuses one for a replaced play).
     func control(_ id: SessionID, _ control: SessionControl) async throws(APIError)
     /// Asks for `url` to follow the session's play (gapless, or over a crossfade); answers the
@@ -56,11 +60,17 @@ struct EngineClient: EngineControl {
     }
 
     func play(
-        _ id: SessionID, url: String, startMS: Int64?, volume: Int, filters: Filters, normalize: Bool
+        _ id: SessionID, url: String, startMS: Int64?, startAtMS: Int64?, volume: Int, filters: Filters, normalize: Bool
     ) async throws(APIError) -> UInt64 {
-        let body = Self.json(PlayRequest(url: url, startMS: startMS, volume: volume, filters: filters, normalize: normalize))
+        let body = Self.json(
+            PlayRequest(url: url, startMS: startMS, volume: volume, filters: filters, normalize: normalize, startAtMS: startAtMS))
         let reply = try await send(.POST, "/session/\(Self.segment(id))/play", body: body)
         return try Self.decode(PlayStarted.self, reply).playID
+    }
+
+    func handOver(_ id: SessionID, atMS: Int64) async throws(APIError) -> HandOverPoint {
+        let reply = try await send(.POST, "/session/\(Self.segment(id))/handover", body: Self.json(HandOverRequest(atMS: atMS)))
+        return try Self.decode(HandOverPoint.self, reply)
     }
 
     func control(_ id: SessionID, _ control: SessionControl) async throws(APIError) {

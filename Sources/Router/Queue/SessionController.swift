@@ -26,6 +26,9 @@ actor SessionController {
     private var requestsMade: UInt64 = 0
     /// Signals of the lookups resolving, which call them off.
     private var resolving: [UInt64: CancellationSignal] = [:]
+    /// A session handed over from another pair plays there until then: commands wait for it,
+    /// so nothing this pair starts is heard while that pair's last frames are.
+    private var commandsHeldUntil: ContinuousClock.Instant?
 
     /// The most tracks a queue holds; a playlist fills what room is left.
     static let maxQueueLength = SessionMachine.maxQueueLength
@@ -69,6 +72,22 @@ actor SessionController {
     /// Carries out a command and answers the state after it.
     @discardableResult
     func perform(_ command: SessionCommand) async throws(APIError) -> SessionView {
+        if let until = commandsHeldUntil {
+            if until > .now { try? await Task.sleep(until: until) }
+            commandsHeldUntil = nil
+        }
+        return try await execute(command)
+    }
+
+    /// Resumes a session handed over from another pair (its snapshot names the moment its play
+    /// starts); commands wait until `heldUntil`.
+    func resumeHandedOver(heldUntil: ContinuousClock.Instant) async throws(APIError) {
+        commandsHeldUntil = heldUntil
+        try await execute(.resume)
+    }
+
+    @discardableResult
+    private func execute(_ command: SessionCommand) async throws(APIError) -> SessionView {
         requestsMade += 1
         let request = requestsMade
         let answer = Eventual<Result<Void, APIError>>()
@@ -161,9 +180,10 @@ actor SessionController {
     private func answer(_ call: SessionMachine.Call) async -> Result<UInt64?, APIError> {
         do throws(APIError) {
             switch call.kind {
-            case .play(let url, let startMS, let volume, let filters, let normalize, _):
+            case .play(let url, let startMS, let startAtMS, let volume, let filters, let normalize, _):
                 return .success(
-                    try await engine.play(id, url: url, startMS: startMS, volume: volume, filters: filters, normalize: normalize))
+                    try await engine.play(
+                        id, url: url, startMS: startMS, startAtMS: startAtMS, volume: volume, filters: filters, normalize: normalize))
             case .control(let control, _):
                 try await engine.control(id, control)
                 return .success(nil)

@@ -47,7 +47,8 @@ struct SessionMachine: Sendable {
     /// An engine call and what its answer continues.
     struct Call: Sendable {
         enum Kind: Sendable {
-            case play(url: String, startMS: Int64?, volume: Int, filters: Filters, normalize: Bool, generation: UInt64)
+            case play(
+                url: String, startMS: Int64?, startAtMS: Int64?, volume: Int, filters: Filters, normalize: Bool, generation: UInt64)
             case control(SessionControl, then: AfterControl)
             case next(NextAsk.Ask)
         }
@@ -386,13 +387,16 @@ extension SessionMachine {
         switch action {
         case .play(let track, let generation, let resuming):
             let startMS = resuming ? snapshot.positionMS : nil
+            // A hand-over's start time goes with the play that resumes it, and only with that one.
+            let startAtMS = resuming ? snapshot.startAtMS : nil
+            snapshot.startAtMS = nil
             snapshot.playID = nil
             snapshot.interrupted = false
             setPosition(startMS ?? 0, &step)
             changed(&step)
             startsInFlight += 1
             let play = Call.Kind.play(
-                url: track.url, startMS: startMS, volume: snapshot.volume, filters: snapshot.filters,
+                url: track.url, startMS: startMS, startAtMS: startAtMS, volume: snapshot.volume, filters: snapshot.filters,
                 normalize: snapshot.normalize, generation: generation)
             call(play, origin, &step)
         case .stop:
@@ -444,7 +448,7 @@ extension SessionMachine {
 
     private mutating func answered(_ call: Call, _ result: Result<UInt64?, APIError>, _ step: inout Step) {
         switch call.kind {
-        case .play(_, _, _, _, _, let generation):
+        case .play(_, _, _, _, _, _, let generation):
             startsInFlight -= 1
             guard case .success(let answer) = result, let playID = answer else {
                 let error = if case .failure(let error) = result { error } else { APIError.internalError }

@@ -17,9 +17,13 @@ struct SessionSnapshot: Sendable, Equatable, Codable {
     /// queue stands stopped at its track and position, and a pair of a cluster that takes the
     /// session over plays it on.
     var interrupted = false
+    /// A hand-over between pairs (docs/cluster.md): wall-clock ms at which the pair taking the
+    /// session starts its track at `positionMS`; the pair handing it over sends nothing after.
+    var startAtMS: Int64?
 
     enum CodingKeys: String, CodingKey {
         case queue, volume, filters, normalize
+        case startAtMS = "start_at_ms"
         case crossfadeMS = "crossfade_ms"
         case positionMS = "position_ms"
         case playID = "play_id"
@@ -39,6 +43,7 @@ extension SessionSnapshot {
         positionMS = try container.decode(Int64.self, forKey: .positionMS)
         playID = try container.decodeIfPresent(UInt64.self, forKey: .playID)
         interrupted = try container.decodeIfPresent(Bool.self, forKey: .interrupted) ?? false
+        startAtMS = try container.decodeIfPresent(Int64.self, forKey: .startAtMS)
     }
 }
 

@@ -2,6 +2,7 @@
 // stored before), fed the engine's events in socket order, and released when a session has had
 // no clients and nothing playing for a while (its stored state stays in the database).
 import EngineAPI
+import Foundation
 import HTTPTypes
 import Logging
 import ServiceLifecycle
@@ -31,6 +32,8 @@ actor SessionDirectory {
     static let admissionHold: Duration = .seconds(60)
     /// Told of each session released from memory (a cluster's pair lets its lease go).
     private var onRelease: (@Sendable (SessionID) async -> Void)?
+    /// Sessions handed to another pair whose moment has not come: this engine still plays them.
+    private var handingOver: Set<SessionID> = []
 
     func onRelease(_ body: @escaping @Sendable (SessionID) async -> Void) { onRelease = body }
 
@@ -134,15 +137,78 @@ actor SessionDirectory {
         controllers[id] = controller
         store.register(id)
         guard resume else { return }
-        logger.notice("resuming a session taken over", metadata: ["session.id": "\(id)", "position.ms": "\(snapshot.positionMS)"])
+        logger.notice(
+            "resuming a session taken over",
+            metadata: ["session.id": "\(id)", "position.ms": "\(snapshot.positionMS)", "start.at.ms": "\(snapshot.startAtMS ?? 0)"])
+        // A hand-over: the other pair plays until the agreed moment, this one from then on.
+        let handOverAt = snapshot.startAtMS.map(Self.instant(ofWallClockMS:))
+        if let handOverAt { store.keepCatchUp(id, until: handOverAt + .seconds(1)) }
         let resumeIt: @Sendable () async -> Void = { [logger] in
             do throws(APIError) {
-                try await controller.perform(.resume)
+                if let handOverAt {
+                    try await controller.resumeHandedOver(heldUntil: handOverAt)
+                } else {
+                    try await controller.perform(.resume)
+                }
             } catch {
                 logger.warning("could not resume a session taken over", metadata: ["session.id": "\(id)", "error": "\(error.message)"])
             }
         }
         if let background { background.spawn(resumeIt) } else { Task(operation: resumeIt) }
+    }
+
+    /// Wall-clock ms since 1970 (how two pairs name a hand-over's moment) on this process's clock.
+    static func instant(ofWallClockMS ms: Int64) -> ContinuousClock.Instant {
+        let now = Date().timeIntervalSince1970 * 1_000
+        let ahead = min(max(Double(ms) - now, -60_000), 60_000)
+        return ContinuousClock.now + .milliseconds(Int64(ahead))
+    }
+
+    static func wallClockMS() -> Int64 { Int64(Date().timeIntervalSince1970 * 1_000) }
+
+    /// Asks this pair's engine to end `id`'s play at wall-clock `atMS`, for another pair to go
+    /// on from the answered position then. Nil when the engine cannot (nothing heard).
+    func scheduleHandOver(_ id: SessionID, atMS: Int64) async -> HandOverPoint? {
+        guard controllers[id] != nil else { return nil }
+        do throws(APIError) {
+            return try await engine.handOver(id, atMS: atMS)
+        } catch {
+            logger.info("no scheduled hand-over", metadata: ["session.id": "\(id)", "error": "\(error.message)"])
+            return nil
+        }
+    }
+
+    /// A session handed to another pair at a moment still to come: its controller goes now (this
+    /// pair decides nothing more about it), while its clients go on hearing this engine's last
+    /// frames until `finishHandOver`.
+    func detach(_ id: SessionID) {
+        controllers.removeValue(forKey: id)
+        browserSessions.remove(id)
+        handingOver.insert(id)
+    }
+
+    /// The hand-over's moment came: the engine's play ended with `handed_over`, right after its
+    /// last frame (or the caller's timer ran out first). The session's clients are told to
+    /// connect again, which brings them to its new owner, and the play is stopped in case it
+    /// somehow still runs (not awaited: an engine being stopped too may not answer).
+    func finishHandOver(_ id: SessionID) {
+        guard handingOver.remove(id) != nil, controllers[id] == nil else { return }
+        moveAway(id)
+    }
+
+    /// The clients of a session that left this pair are told to connect again, and its play here
+    /// is stopped. Not awaited: an engine that answers slowly (being stopped itself) must hold
+    /// neither this directory nor a hand-over.
+    private func moveAway(_ id: SessionID) {
+        store.moveClients(of: id)
+        store.release(id)
+        Task { [engine, logger] in
+            do throws(APIError) {
+                try await engine.control(id, .stop)
+            } catch {
+                logger.debug("stopping a session that left", metadata: ["session.id": "\(id)", "error": "\(error.message)"])
+            }
+        }
     }
 
     /// The session's snapshot as of now, if it is in memory.
@@ -155,22 +221,16 @@ actor SessionDirectory {
     func drop(_ id: SessionID) async {
         guard controllers.removeValue(forKey: id) != nil else { return }
         browserSessions.remove(id)
-        store.moveClients(of: id)
-        store.release(id)
-        // Not awaited here: an engine that answers slowly (being stopped itself) must hold
-        // neither this directory nor a hand-over.
-        Task { [engine, logger] in
-            do throws(APIError) {
-                try await engine.control(id, .stop)
-            } catch {
-                logger.debug("stopping a session that left", metadata: ["session.id": "\(id)", "error": "\(error.message)"])
-            }
-        }
+        moveAway(id)
     }
 
     /// Hands an engine event to its session's controller; returns the auto-advance it leads to,
     /// for the caller to run in a task of its own.
     func dispatch(_ event: WireEvent) async -> (@Sendable () async -> Void)? {
+        if event.type == .finished, event.code == "handed_over", handingOver.contains(event.sessionID) {
+            finishHandOver(event.sessionID)
+            return nil
+        }
         guard let controller = controllers[event.sessionID], let pending = await controller.handle(event) else { return nil }
         return { await controller.advance(pending) }
     }

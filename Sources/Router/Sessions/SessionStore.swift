@@ -42,6 +42,18 @@ package final class SessionStore: Sendable {
         var lastEvent: WireEvent?
         /// When the last client left (or the session became known).
         var lastSeen = ContinuousClock.now
+        /// A session just handed over from another pair: its first frames here, for the clients
+        /// that come over from that pair a moment after they were sent.
+        var catchUp: CatchUp?
+    }
+
+    /// The frames a session sent since its hand-over, kept for a short while: a client that
+    /// reconnects after the other pair's last frame gets them first, and hears nothing skipped.
+    struct CatchUp: Sendable {
+        var frames: [ByteBuffer] = []
+        let until: ContinuousClock.Instant
+        /// 300 ms: more than a client's reconnection takes; a client later than that hears the present.
+        static let limit = 15
     }
 
     struct LoopGroup: Sendable {
@@ -113,6 +125,11 @@ package final class SessionStore: Sendable {
         }
     }
 
+    /// Keeps `id`'s frames from now until `until` for clients that join meanwhile (a hand-over).
+    func keepCatchUp(_ id: SessionID, until: ContinuousClock.Instant) {
+        state.withLock { $0.entries[id, default: Entry()].catchUp = CatchUp(until: until) }
+    }
+
     /// Tells every client of `id` to connect again (the session moved to another pair); a
     /// listener's stream ends.
     func moveClients(of id: SessionID) {
@@ -182,6 +199,18 @@ package final class SessionStore: Sendable {
             state.nextToken += 1
             state.entries[id, default: Entry()].subscribers[token] = subscriber
             if case .sink = subscriber.output { Self.regroup(&state.entries[id]!) }
+            // Under the lock: a frame published after this reaches the client after these.
+            if let catchUp = state.entries[id]?.catchUp, !catchUp.frames.isEmpty, catchUp.until > .now {
+                switch subscriber.output {
+                case .stream(let continuation):
+                    for frame in catchUp.frames { continuation.yield(.audio(frame)) }
+                case .sink(let sink):
+                    let frames = catchUp.frames
+                    sink.eventLoop.execute {
+                        for frame in frames { sink.deliver(sink.encode(.audio(frame)), audio: true) }
+                    }
+                }
+            }
             return token
         }
     }
@@ -259,6 +288,9 @@ package final class SessionStore: Sendable {
                 if event == nil { state.counters.unknownSessionFrames += 1 }
                 return []
             }
+            if event == nil, state.entries[id]!.catchUp != nil, case .audio(let frame) = message {
+                Self.keep(frame, in: &state.entries[id]!.catchUp)
+            }
             // In place: copying the entry out and back would copy its subscriber table per frame.
             deliver(message, event: event, to: &state.entries[id]!, counters: &state.counters, slow: &slow)
             return state.entries[id]!.loops
@@ -268,6 +300,17 @@ package final class SessionStore: Sendable {
             if case .stream(let continuation) = subscriber.output { continuation.finish() }
             subscriber.onSlow(reason)
         }
+    }
+
+    private static func keep(_ frame: ByteBuffer, in catchUp: inout CatchUp?) {
+        guard var kept = catchUp, kept.until > .now else {
+            catchUp = nil
+            return
+        }
+        catchUp = nil  // uniquely referenced while appending
+        kept.frames.append(frame)
+        if kept.frames.count > CatchUp.limit { kept.frames.removeFirst(kept.frames.count - CatchUp.limit) }
+        catchUp = kept
     }
 
     /// Yields `message` to every subscriber of `entry` and keeps the slow-client windows. Walks the

@@ -72,6 +72,9 @@ class GuildLink:
         self._connected = asyncio.Event()
         self._task: Optional[asyncio.Task[None]] = None
         self._closing = False
+        #: The last connection ended with 4012 (the session moved to another pair of a cluster):
+        #: the next one follows at once, and the audio waiting in the buffer plays on.
+        self._moved = False
 
     @property
     def url(self) -> str:
@@ -116,8 +119,13 @@ class GuildLink:
                     raise
                 except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as error:
                     log.warning("guild %s: Router connection failed: %s", self.guild_id, error)
+                    self._moved = False  # a failed attempt waits its backoff like any other
                 if self._closing:
                     break
+                if self._moved:
+                    # The session moved between pairs: its new owner kept the frames sent
+                    # meanwhile, so connecting again at once hears nothing skipped.
+                    continue
                 # Jittered exponential backoff, so many guilds do not reconnect in step.
                 await asyncio.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, self.backoff[1])
@@ -142,7 +150,9 @@ class GuildLink:
             raise
         self._ws = ws
         self.connections += 1
-        self.buffer.clear()
+        if not self._moved:
+            self.buffer.clear()
+        self._moved = False
         log.info("guild %s: connected to the Router (connection %d)", self.guild_id, self.connections)
         reason = ""
         try:
@@ -158,6 +168,7 @@ class GuildLink:
                     break
                 elif message.type in (aiohttp.WSMsgType.ERROR, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING):
                     break
+            self._moved = ws.close_code == 4012
             if ws.close_code in (4401, 4403):
                 # The Router refuses a token after the upgrade: code 4000 + the HTTP status.
                 raise Unauthorized(
