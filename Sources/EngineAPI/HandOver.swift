@@ -9,7 +9,8 @@ public import WireProtocol
 
 /// The body of a hand-over request.
 public struct HandOverRequest: Sendable, Equatable, Codable {
-    /// When the other engine starts, in wall-clock ms since 1970; within the next minute.
+    /// When the other engine starts, in wall-clock ms since 1970 (a past moment counts as now,
+    /// one more than a minute ahead as a minute ahead).
     public var atMS: Int64?
 
     public init(atMS: Int64?) { self.atMS = atMS }

@@ -16,7 +16,8 @@ public struct PlayRequest: Sendable, Equatable, Codable {
     public var normalize: Bool?
     /// Wall-clock ms since 1970 before which the play sends nothing: it opens, seeks and encodes
     /// ahead meanwhile, and its first frame goes out on the first tick at or after then (a
-    /// hand-over from another engine; see HandOverRequest). Absent: as soon as it can.
+    /// hand-over from another engine; see HandOverRequest). Absent or past: as soon as it can;
+    /// more than a minute ahead: a minute ahead.
     public var startAtMS: Int64?
 
     public init(

@@ -60,13 +60,9 @@ package final class SessionManager: Sendable {
         guard (0...MediaTime.maxMS).contains(startMS) else {
             throw .badRequest("invalid_position", "\"start_ms\" must be from 0 to \(MediaTime.maxMS), got \(startMS)")
         }
-        if let startAtMS {
-            let now = Self.wallClockMS()
-            guard startAtMS <= MediaTime.sum(now, HandOverPoint.maxLeadMS) else {
-                throw .badRequest(
-                    "invalid_start_at", "\"start_at_ms\" must be within the next \(HandOverPoint.maxLeadMS / 1000) s of the engine's clock")
-            }
-        }
+        // A moment further ahead than a hand-over ever sets counts as that far: a play never
+        // holds its session for longer.
+        let startAtMS = startAtMS.map { min($0, MediaTime.sum(Self.wallClockMS(), HandOverPoint.maxLeadMS)) }
         if let volume { try Self.checkVolume(volume) }
         if let problem = filters?.problem { throw .badRequest("invalid_filters", problem) }
         let plan = try resolver.plan(url)
@@ -175,12 +171,10 @@ package final class SessionManager: Sendable {
 
     /// Schedules the session's play to end at wall-clock `atMS`, where another engine takes it
     /// over; answers the position that engine starts at (HandOverRequest).
-    func handOver(sessionID: SessionID, atMS: Int64) throws(APIError) -> HandOverPoint {
+    /// A moment already past counts as now, one more than a minute ahead as a minute ahead.
+    func handOver(sessionID: SessionID, atMS requested: Int64) throws(APIError) -> HandOverPoint {
         let now = Self.wallClockMS()
-        guard atMS >= now, atMS <= MediaTime.sum(now, HandOverPoint.maxLeadMS) else {
-            throw .badRequest(
-                "invalid_time", "\"at_ms\" must be within the next \(HandOverPoint.maxLeadMS / 1000) s of the engine's clock, got \(atMS)")
-        }
+        let atMS = min(max(requested, now), MediaTime.sum(now, HandOverPoint.maxLeadMS))
         let point = try state.withLock { state throws(APIError) -> HandOverPoint in
             guard var session = state.sessions[sessionID] else { throw Self.unknown(sessionID) }
             guard session.machine.state == .streaming, session.playStarted, session.startAtMS == nil,
