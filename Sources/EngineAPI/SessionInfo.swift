@@ -18,13 +18,17 @@ public struct SessionInfo: Sendable, Equatable, Codable {
     public var filters: Filters?
     /// Whether the session's tracks are brought to the engine's target loudness.
     public var normalize: Bool
+    /// A play held until this wall-clock moment (a hand-over from another engine): not heard
+    /// yet. Absent otherwise.
+    public var startAtMS: Int64?
 
     public init(
         sessionID: SessionID, state: SessionState, playID: UInt64? = nil, url: String? = nil, title: String? = nil,
         thumbnail: String? = nil, durationMS: Int64? = nil, positionMS: Int64 = 0, volume: Int = 100,
         passthrough: Bool = false, frames: FrameCounters = FrameCounters(), filters: Filters? = nil,
-        normalize: Bool = false
+        normalize: Bool = false, startAtMS: Int64? = nil
     ) {
+        self.startAtMS = startAtMS
         self.sessionID = sessionID
         self.state = state
         self.playID = playID
@@ -46,5 +50,6 @@ public struct SessionInfo: Sendable, Equatable, Codable {
         case playID = "play_id"
         case durationMS = "duration_ms"
         case positionMS = "position_ms"
+        case startAtMS = "start_at_ms"
     }
 }

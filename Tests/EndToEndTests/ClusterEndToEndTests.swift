@@ -63,6 +63,29 @@ final class BalancedListener: Sendable {
         received.withLock { $0 }.compactMap { if case .audio(let p) = $0.message { ($0.at, p) } else { nil } }
     }
 
+    /// What this bot heard over `seconds` from `from`: the longest time between two frames (ms),
+    /// and each 100 ms stretch's jump from where the one before ended in `source` (noise), with
+    /// the lowest correlation met. Records an issue if a stretch is not found in the source.
+    func continuity(from: ContinuousClock.Instant, seconds: Int, source: String) throws
+        -> (longestGapMS: Double, jumpsMS: [Double], worstScore: Double)
+    {
+        let audio = audio()
+        let window = audio.filter { $0.at > from && $0.at < from + .seconds(seconds) }.map(\.at)
+        let gap = zip(window, window.dropFirst()).map { $0.1 - $0.0 }.max() ?? .zero
+        let gapMS = Double(gap.components.attoseconds) / 1e15 + Double(gap.components.seconds) * 1_000
+        let firstPacket = try #require(audio.firstIndex { $0.at > from })
+        // Where the first stretch is, about: the last `progress` before it and the time since.
+        let progress = try #require(events().last { $0.at < audio[firstPacket].at && $0.json["type"] as? String == "progress" })
+        let since = audio[firstPacket].at - progress.at
+        let guessMS = (progress.json["position_ms"] as? Int ?? 0) + Int(since.components.attoseconds / 1_000_000_000_000_000)
+        let placed = Continuity.jumps(
+            heard: try decodeLeft(audio.map(\.packet)), from: firstPacket * 960, stretches: seconds * 10,
+            reference: try MediaFixture.decodeMono(source), guess: guessMS * 48)
+        #expect(placed.worstScore > 0.5, "\(session): a stretch heard is not in the source (correlation \(placed.worstScore))")
+        #expect(placed.jumpsMS.count >= seconds * 9, "\(session): \(placed.jumpsMS.count) stretches placed")
+        return (gapMS, placed.jumpsMS, placed.worstScore)
+    }
+
     func events() -> [(at: ContinuousClock.Instant, json: [String: Any])] {
         received.withLock { $0 }.compactMap {
             guard case .text(let text) = $0.message,
@@ -167,7 +190,10 @@ final class PairCluster: @unchecked Sendable {
             guard let json = try? await pair.getJSON(pair.engineURL + "/sessions"),
                 let sessions = json["sessions"] as? [[String: Any]]
             else { continue }
-            let active = sessions.filter { ["extracting", "streaming", "paused"].contains($0["state"] as? String ?? "") }
+            // A play held for a hand-over's moment is not heard yet.
+            let active = sessions.filter {
+                ["extracting", "streaming", "paused"].contains($0["state"] as? String ?? "") && $0["start_at_ms"] == nil
+            }
             plays[index] = Set(active.compactMap { $0["session_id"] as? String })
         }
         return plays
@@ -369,7 +395,8 @@ final class PairCluster: @unchecked Sendable {
             #expect(abs(try tone(of: bot.audio().map(\.packet)) - Double(tones[index])) < 15, "\(bot.session) hears another tone")
         }
         // The link comes back: pair 0 renews again (once the connections stuck in the cut give
-        // up, or new ones are made) and plays none of them again.
+        // up, or new ones are made). It resumes none of its old guilds by itself; the others may
+        // give it some back by hand-overs (rebalancing), never with two engines playing one.
         try runTool("ip", ["netns", "exec", namespace.name, "nft", "delete", "table", "inet", "tonearm_cut"])
         let healedAt = ContinuousClock.now
         #expect(
@@ -378,9 +405,16 @@ final class PairCluster: @unchecked Sendable {
                 return (back?["cluster"] as? [String: Any])?["ok"] as? Bool == true
             }, "pair 0 never renewed again")
         print("partition: pair 0 renewed again \(ContinuousClock.now - healedAt) after the link came back")
-        let healed = await cluster.enginePlays()
-        #expect(cut.allSatisfy { !(healed[0]?.contains($0) ?? false) }, "pair 0 took a guild back: \(healed)")
-        #expect(cut.allSatisfy { guild in healed.filter { $0.value.contains(guild) }.count == 1 }, "\(healed)")
+        let renewedAt = ContinuousClock.now
+        var afterHeal: [String] = []
+        while ContinuousClock.now - renewedAt < .seconds(8) {
+            let plays = await cluster.enginePlays()
+            for guild in cut where plays.filter({ $0.value.contains(guild) }).count != 1 {
+                afterHeal.append("\(guild) on \(plays.filter { $0.value.contains(guild) }.map(\.key)) at \(ContinuousClock.now - renewedAt)")
+            }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        #expect(afterHeal.isEmpty, "after the heal, a guild not played by exactly one engine: \(afterHeal.prefix(5))")
         await cluster.stop()
     }
 
@@ -423,23 +457,11 @@ final class PairCluster: @unchecked Sendable {
         var gaps: [Double] = []
         var jumps: [Double] = []
         for (index, bot) in bots.enumerated() {
-            let audio = bot.audio()
-            // The longest time between two frames from a second before the stop to 4 s after it.
-            let window = audio.filter { $0.at > stoppedAt - .seconds(1) && $0.at < stoppedAt + .seconds(4) }.map(\.at)
-            let gap = zip(window, window.dropFirst()).map { $0.1 - $0.0 }.max() ?? .zero
-            gaps.append(Double(gap.components.attoseconds) / 1e15 + Double(gap.components.seconds) * 1_000)
-            // Every 100 ms from a second before the stop to 4 s after it, placed in the source.
-            let firstPacket = try #require(audio.firstIndex { $0.at > stoppedAt - .seconds(1) })
-            let progress = try #require(bot.events().last { $0.at < audio[firstPacket].at && $0.json["type"] as? String == "progress" })
-            let sinceProgress = audio[firstPacket].at - progress.at
-            let guessMS = (progress.json["position_ms"] as? Int ?? 0) + Int(sinceProgress.components.attoseconds / 1_000_000_000_000_000)
-            let heard = try decodeLeft(audio.map(\.packet))
-            let reference = try MediaFixture.decodeMono(cluster.pairs[1].mediaDirectory + "/noise-\(11 + index).flac")
-            let placed = Continuity.jumps(heard: heard, from: firstPacket * 960, stretches: 50, reference: reference, guess: guessMS * 48)
-            print("cluster hand-over: \(bot.session) jumps (ms) \(placed.jumpsMS.filter { $0 != 0 }), worst correlation \(placed.worstScore)")
-            #expect(placed.worstScore > 0.5, "\(bot.session): a stretch heard is not in the source (correlation \(placed.worstScore))")
-            #expect(placed.jumpsMS.count >= 45)
-            jumps += placed.jumpsMS
+            let heard = try bot.continuity(
+                from: stoppedAt - .seconds(1), seconds: 5, source: cluster.pairs[1].mediaDirectory + "/noise-\(11 + index).flac")
+            print("cluster hand-over: \(bot.session) jumps (ms) \(heard.jumpsMS.filter { $0 != 0 }), worst correlation \(heard.worstScore)")
+            gaps.append(heard.longestGapMS)
+            jumps += heard.jumpsMS
             // The queue came over whole.
             let state = try #require(
                 try await cluster.pairs[1].getJSON(cluster.pairs[1].routerURL + "/api/sessions/\(bot.session)", token: TonearmCluster.botToken))
@@ -452,6 +474,49 @@ final class PairCluster: @unchecked Sendable {
         // 20 ms between frames is no gap; up to 60 ms more is the promise.
         #expect(gaps.allSatisfy { $0 < 80 }, "an audible gap at the hand-over: \(gaps) ms between frames")
         #expect(jumps.allSatisfy { abs($0) <= 20 }, "audio skipped or repeated at the hand-over: \(jumps.filter { $0 != 0 }) ms")
+        await cluster.stop()
+    }
+
+    /// A pair that joins (or comes back) gets its share: the pair holding every guild hands half
+    /// the difference over, each at a moment, so the bots hear no gap beyond 60 ms and nothing
+    /// skipped or repeated, found as for a drain.
+    @Test(.enabled(if: postgresInstalled)) func aPairThatJoinsGetsItsShareWithoutAnAudibleGap() async throws {
+        let cluster = try PairCluster(count: 2, noise: [21, 22, 23, 24])
+        defer { Task { [cluster] in await cluster.stop() } }
+        try await cluster.start(only: [0])
+        let guilds = (0..<4).map { "share-\($0)" }
+        for (index, guild) in guilds.enumerated() {
+            #expect(try await cluster.pairs[0].play(guild, "noise-\(21 + index).flac").status == 202)
+        }
+        let bots = guilds.enumerated().map { index, guild in
+            BalancedListener(session: guild, addresses: { [cluster] in cluster.liveAddresses }, start: index)
+        }
+        defer { for bot in bots { bot.close() } }
+        #expect(await eventually(timeout: .seconds(15)) { bots.allSatisfy { $0.audio().count >= 100 } })
+        let joinedAt = ContinuousClock.now
+        try await cluster.start(only: [1])
+        // Sessions taken in the last 10 s stay where they are; then one step moves two.
+        #expect(
+            await eventually(timeout: .seconds(25)) {
+                (try? cluster.owners().filter { guilds.contains($0.key) }.values.filter { $0 == "pair-1" }.count) == 2
+            }, "pair 1 was not given its share: \((try? cluster.owners()) ?? [:])")
+        let movedAt = ContinuousClock.now
+        try await Task.sleep(for: .seconds(3))
+        var gaps: [Double] = []
+        var jumps: [Double] = []
+        for (index, bot) in bots.enumerated() {
+            // From the second pair's start to 3 s after the move: every frame, every stretch.
+            let seconds = Int(((movedAt - joinedAt) + .seconds(3)).components.seconds)
+            let heard = try bot.continuity(
+                from: joinedAt, seconds: seconds, source: cluster.pairs[0].mediaDirectory + "/noise-\(21 + index).flac")
+            gaps.append(heard.longestGapMS)
+            jumps += heard.jumpsMS
+        }
+        print("cluster rebalancing: longest time between frames (ms) \(gaps), jumps \(jumps.filter { $0 != 0 })")
+        #expect(gaps.allSatisfy { $0 < 80 }, "an audible gap while moving guilds: \(gaps) ms between frames")
+        #expect(jumps.allSatisfy { abs($0) <= 20 }, "audio skipped or repeated while moving guilds: \(jumps.filter { $0 != 0 }) ms")
+        let plays = await cluster.enginePlays()
+        #expect(guilds.allSatisfy { guild in plays.values.filter { $0.contains(guild) }.count == 1 }, "\(plays)")
         await cluster.stop()
     }
 

@@ -28,6 +28,37 @@ import WireProtocol
         #expect(LoadScore.score(pair("x")) == 0)
     }
 
+    /// A pair that came back (or joined) gets half the difference from a pair with more, a few at
+    /// a time, never sessions just taken over, never past its room; a difference of one moves
+    /// nothing (it would only bounce back).
+    @Test func rebalancingMovesHalfTheDifferenceOfSettledSessionsToTheLeastLoadedPair() throws {
+        let now = ContinuousClock.now
+        let old = now - .seconds(60)
+        let ids = try (0..<7).map { try SessionID("guild-\($0)") }
+        let owned = Dictionary(uniqueKeysWithValues: ids.map { ($0, old) })
+        let pairs = [pair("me", sessions: 7), pair("back", sessions: 1), pair("other", sessions: 4)]
+        let plan = try #require(ClusterMember.rebalancing(owned: owned, pairs: pairs, me: "me", now: now))
+        #expect(plan.target.id == "back" && plan.count == 3 && plan.candidates == ids)
+
+        // Four at most per step.
+        let many = try Dictionary(uniqueKeysWithValues: (0..<20).map { (try SessionID("g\($0)"), old) })
+        #expect(ClusterMember.rebalancing(owned: many, pairs: [pair("me", sessions: 20), pair("empty")], me: "me", now: now)?.count == 4)
+        // One apart: nothing.
+        #expect(ClusterMember.rebalancing(owned: owned, pairs: [pair("me", sessions: 7), pair("b", sessions: 6)], me: "me", now: now) == nil)
+        // Sessions taken over in the last 10 s stay.
+        var recent = owned
+        for id in ids.prefix(6) { recent[id] = now - .seconds(2) }
+        #expect(ClusterMember.rebalancing(owned: recent, pairs: pairs, me: "me", now: now)?.candidates == [ids[6]])
+        // A draining or full pair gets nothing.
+        #expect(
+            ClusterMember.rebalancing(
+                owned: owned, pairs: [pair("me", sessions: 7), pair("d", draining: true), pair("f", sessions: 2, max: 2)], me: "me",
+                now: now) == nil)
+        #expect(
+            ClusterMember.rebalancing(owned: owned, pairs: [pair("me", sessions: 7), pair("small", sessions: 0, max: 2)], me: "me", now: now)?
+                .count == 2)
+    }
+
     /// Equal scores (pairs start empty) spread sessions over the tied pairs, and every pair
     /// picks the same one for a session.
     @Test func tiesSpreadOverThePairsTheSameWayEverywhere() {

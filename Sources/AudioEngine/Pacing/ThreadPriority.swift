@@ -49,7 +49,15 @@ enum ThreadPriority {
     }
 
     /// Names the calling thread as `top -H` and `/proc/<pid>/task/*/comm` show it (15 bytes at most).
+    /// Written to the kernel too: Foundation's `Thread.name` alone once left the pacer's thread
+    /// (named before it started) with another thread's name in `comm` (CI at 52a0a03,
+    /// SchedulingEndToEndTests), and `pthread_setname_np` is not visible to Swift here.
     static func name(_ name: String) {
         Thread.current.name = name
+        let file = open("/proc/thread-self/comm", O_WRONLY)
+        guard file >= 0 else { return }
+        defer { close(file) }
+        let bytes = Array(name.utf8.prefix(15))
+        _ = bytes.withUnsafeBufferPointer { write(file, $0.baseAddress, $0.count) }
     }
 }

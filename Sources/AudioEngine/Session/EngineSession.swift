@@ -166,6 +166,7 @@ struct EngineSession {
         SessionInfo(
             sessionID: id, state: machine.state, playID: machine.playID, url: url, title: title,
             thumbnail: metadata?.thumbnail, durationMS: durationMS, positionMS: positionMS, volume: volume,
-            passthrough: passthrough, frames: counters, filters: filters.isEmpty ? nil : filters, normalize: normalize)
+            passthrough: passthrough, frames: counters, filters: filters.isEmpty ? nil : filters, normalize: normalize,
+            startAtMS: startAtMS)
     }
 }

@@ -195,78 +195,110 @@ final class ClusterMember: Service, Sendable {
     static let handOverLeadMS: Int64 = 1_500
 
     /// Hands every session this pair owns to the others, and takes no new ones. A session being
-    /// heard goes at an agreed moment `handOverLeadMS` ahead: this pair's engine answers where its
-    /// play will be then and sends nothing after; the row names the taking pair (the one with the
-    /// lowest load score), the position and the moment; that pair's engine opens the track there
-    /// ahead of time and sends its first frame at the moment. The clients here hear this engine
-    /// until then, and are told to connect again (4012) just after; the taking pair's Router
-    /// keeps the first frames for them (SessionStore.CatchUp). Any other session (paused, idle,
-    /// near its track's end) is stored as of now and its lease ended at once, for the others'
-    /// next round. Answers how many were handed over.
+    /// heard goes at an agreed moment `handOverLeadMS` ahead (`scheduleMoves`); any other
+    /// (paused, idle, near its track's end) is stored as of now and its lease ended at once, for
+    /// the others' next round. Answers how many were handed over.
     @discardableResult
     func handOver() async -> Int {
         state.withLock { $0.draining = true }
         try? await database.heartbeat(
             address: settings.address, sessions: ownedCount, maxSessions: settings.maxSessions, load: LoadScore.hostLoad(),
             lateFrames: 0, draining: true)
-        var pairs = ((try? await database.livePairs(within: settings.pairTimeout)) ?? []).filter { $0.id != settings.pairID }
-        let atMS = SessionDirectory.wallClockMS() + Self.handOverLeadMS
-        // The database first, for every session (a few ms each), then the engine: an engine
-        // being stopped too may answer slowly or not at all, and must not hold the hand-over.
+        let pairs = ((try? await database.livePairs(within: settings.pairTimeout)) ?? []).filter { $0.id != settings.pairID }
         let owned = state.withLock { $0.owned }
-        var handed: [SessionID] = []
-        var scheduled: [SessionID] = []
-        for (id, ownership) in owned {
-            var snapshot = await directory?.checkpoint(id)
-            if let current = snapshot, let directory, Self.mayScheduleHandOver(current),
-                let best = LoadScore.best(of: pairs, for: id.description), let index = pairs.firstIndex(of: best),
-                let point = await directory.scheduleHandOver(id, atMS: atMS)
-            {
-                var moving = current
-                moving.positionMS = point.positionMS
-                moving.startAtMS = point.atMS
-                snapshot = moving
-                if let json = try? JSONCoding.encoder.encode(moving),
-                    case let given?? = try? await database.transfer(
-                        id, epoch: ownership.epoch, to: best.id, lease: settings.lease, snapshot: String(decoding: json, as: UTF8.self))
-                {
-                    state.withLock { _ = $0.owned.removeValue(forKey: id) }
-                    await directory.detach(id)
-                    pairs[index].sessions += 1
-                    scheduled.append(id)
-                    logger.info(
-                        "hand-over scheduled",
-                        metadata: ["session.id": "\(id)", "to": "\(best.id)", "epoch": "\(given)", "position.ms": "\(point.positionMS)"])
-                    continue
-                }
-                // Not given (the database did not answer): stored and let go as below; this
-                // engine stops at the moment all the same, and whoever takes it starts there.
-            }
-            if let snapshot, let json = try? JSONCoding.encoder.encode(snapshot) {
-                _ = try? await database.store(
-                    id, json: String(decoding: json, as: UTF8.self), active: snapshot.isActive, epoch: ownership.epoch)
-            }
-            guard state.withLock({ $0.owned.removeValue(forKey: id) }) != nil else { continue }
-            try? await database.release(id, epoch: ownership.epoch)
-            handed.append(id)
+        let moving = await scheduleMoves(Array(owned.keys), to: pairs)
+        // The rest the quick way: the database first, for every session (a few ms each), then the
+        // engine: an engine being stopped too may answer slowly or not at all, and must not hold
+        // the hand-over.
+        var handed = moving.letGo
+        for id in owned.keys where !moving.ids.contains(id) && !moving.letGo.contains(id) {
+            if await letGo(id) { handed.append(id) }
         }
         if let directory {
             await withDiscardingTaskGroup { group in
                 for id in handed { group.addTask { await directory.drop(id) } }
             }
-            if !scheduled.isEmpty {
-                // Each session's clients move once its last frame here is out (the engine's
-                // `finished`/`handed_over`); this is for an engine that never says so.
-                try? await Task.sleep(until: SessionDirectory.instant(ofWallClockMS: atMS) + .milliseconds(300))
-                for id in scheduled { await directory.finishHandOver(id) }
-            }
         }
-        let total = handed.count + scheduled.count
+        await finishMoves(moving)
+        let total = handed.count + moving.ids.count
         if total > 0 {
             logger.notice(
-                "handed this pair's sessions to the others", metadata: ["sessions": "\(total)", "at.moment": "\(scheduled.count)"])
+                "handed this pair's sessions to the others", metadata: ["sessions": "\(total)", "at.moment": "\(moving.ids.count)"])
         }
         return total
+    }
+
+    /// Sessions given to other pairs at a moment still to come, and those let go instead.
+    struct Moves: Sendable {
+        var ids: [SessionID] = []
+        var atMS: Int64 = 0
+        /// Their engine's play was to end at the moment, but the row could not be given: they
+        /// were stored and their lease ended; their plays here are still to stop (`drop`).
+        var letGo: [SessionID] = []
+    }
+
+    /// Stores `id`'s snapshot as of now and ends its lease (the others take it at their next
+    /// round); answers whether this pair still owned it. Its play here is the caller's to stop.
+    private func letGo(_ id: SessionID) async -> Bool {
+        guard let ownership = state.withLock({ $0.owned[id] }) else { return false }
+        if let snapshot = await directory?.checkpoint(id), let json = try? JSONCoding.encoder.encode(snapshot) {
+            _ = try? await database.store(
+                id, json: String(decoding: json, as: UTF8.self), active: snapshot.isActive, epoch: ownership.epoch)
+        }
+        guard state.withLock({ $0.owned.removeValue(forKey: id) }) != nil else { return false }
+        try? await database.release(id, epoch: ownership.epoch)
+        return true
+    }
+
+    /// Gives each of `ids` that is being heard to the pair of `pairs` with the lowest load score,
+    /// at one moment `handOverLeadMS` ahead: this pair's engine answers where its play will be
+    /// then and sends nothing after; the row names the taking pair, the position and the moment;
+    /// that pair's engine opens the track there ahead of time and sends its first frame at the
+    /// moment. The clients here hear this engine until then (`finishMoves`). A session that is
+    /// not being heard, or whose track ends (or fades into the next) before the moment, is left;
+    /// at most `limit` are moved.
+    private func scheduleMoves(_ ids: [SessionID], to candidates: [ClusterDatabase.Pair], limit: Int = .max) async -> Moves {
+        var pairs = candidates
+        var moves = Moves(atMS: SessionDirectory.wallClockMS() + Self.handOverLeadMS)
+        guard let directory else { return moves }
+        for id in ids where moves.ids.count < limit {
+            guard let ownership = state.withLock({ $0.owned[id] }), let current = await directory.checkpoint(id),
+                Self.mayScheduleHandOver(current), let best = LoadScore.best(of: pairs, for: id.description),
+                let index = pairs.firstIndex(of: best), let point = await directory.scheduleHandOver(id, atMS: moves.atMS)
+            else { continue }
+            var moving = current
+            moving.positionMS = point.positionMS
+            moving.startAtMS = point.atMS
+            let given: Int64?
+            if let json = try? JSONCoding.encoder.encode(moving) {
+                given = (try? await database.transfer(
+                    id, epoch: ownership.epoch, to: best.id, lease: settings.lease, snapshot: String(decoding: json, as: UTF8.self))) ?? nil
+            } else {
+                given = nil
+            }
+            guard let given else {
+                // Not given (the database did not answer): this engine would stop at the moment
+                // with nobody to go on, so the session goes the quick way now.
+                if await letGo(id) { moves.letGo.append(id) }
+                continue
+            }
+            state.withLock { _ = $0.owned.removeValue(forKey: id) }
+            await directory.detach(id)
+            pairs[index].sessions += 1
+            moves.ids.append(id)
+            logger.info(
+                "hand-over scheduled",
+                metadata: ["session.id": "\(id)", "to": "\(best.id)", "epoch": "\(given)", "position.ms": "\(point.positionMS)"])
+        }
+        return moves
+    }
+
+    /// Waits out the moves' moment: each session's clients move once its last frame here is out
+    /// (the engine's `finished`/`handed_over`); this is for an engine that never says so.
+    private func finishMoves(_ moves: Moves) async {
+        guard !moves.ids.isEmpty, let directory else { return }
+        try? await Task.sleep(until: SessionDirectory.instant(ofWallClockMS: moves.atMS) + .milliseconds(300))
+        for id in moves.ids { await directory.finishHandOver(id) }
     }
 
     /// Whether a session is handed over at an agreed moment rather than at once: it is being
@@ -275,6 +307,55 @@ final class ClusterMember: Service, Sendable {
         guard snapshot.queue.status == .playing, snapshot.startAtMS == nil, snapshot.queue.currentTrack != nil else { return false }
         guard let duration = snapshot.queue.currentTrack?.durationMS else { return true }
         return duration - snapshot.positionMS > handOverLeadMS + Int64(snapshot.crossfadeMS) + 1_000
+    }
+
+    // MARK: Rebalancing
+
+    /// A pair that owns at least `rebalanceMargin` more sessions than the least loaded other pair
+    /// (one that came back, or joined) gives it half the difference, a few at a time, each at a
+    /// moment as a drain does: nobody hears the move. Sessions taken in the last
+    /// `rebalanceSettle` stay, so a session does not bounce between pairs.
+    static let rebalanceMargin = 2
+    static let rebalanceBatch = 4
+    static let rebalanceSettle: Duration = .seconds(10)
+
+    /// How many sessions to move now, which may go (those not taken lately, in a fixed order;
+    /// the ones not being heard are passed over), and where; nil: none.
+    static func rebalancing(
+        owned: [SessionID: ContinuousClock.Instant], pairs: [ClusterDatabase.Pair], me: String, now: ContinuousClock.Instant
+    ) -> (count: Int, candidates: [SessionID], target: ClusterDatabase.Pair)? {
+        let others = pairs.filter { $0.id != me && !$0.draining && $0.sessions < $0.maxSessions }
+        guard let least = others.min(by: { ($0.sessions, $0.id) < ($1.sessions, $1.id) }),
+            owned.count - least.sessions >= rebalanceMargin
+        else { return nil }
+        let count = min((owned.count - least.sessions) / 2, rebalanceBatch, least.maxSessions - least.sessions)
+        let settled = owned.filter { now - $0.value >= rebalanceSettle }.map(\.key).sorted { $0.description < $1.description }
+        return settled.isEmpty ? nil : (count, settled, least)
+    }
+
+    /// Looks for an imbalance once a lease; never in the rounds themselves, which must renew the
+    /// leases while the moves wait for their moment.
+    private func rebalanceLoop() async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: settings.lease)
+            guard !Task.isCancelled, let pairs = try? await database.livePairs(within: settings.pairTimeout) else { continue }
+            await rebalance(with: pairs)
+        }
+    }
+
+    /// One rebalancing step: moves sessions to the least loaded pair while
+    /// the rounds go on (the moves' moment is 1.5 s ahead).
+    private func rebalance(with pairs: [ClusterDatabase.Pair]) async {
+        guard !isDraining else { return }
+        let owned = state.withLock { $0.owned.mapValues(\.since) }
+        guard let plan = Self.rebalancing(owned: owned, pairs: pairs, me: settings.pairID, now: .now) else { return }
+        let moves = await scheduleMoves(plan.candidates, to: [plan.target], limit: plan.count)
+        if let directory {
+            for id in moves.letGo { await directory.drop(id) }
+        }
+        guard !moves.ids.isEmpty else { return }
+        logger.notice("moving sessions to a less loaded pair", metadata: ["sessions": "\(moves.ids.count)", "to": "\(plan.target.id)"])
+        await finishMoves(moves)
     }
 
     /// The directory released `id` (idle, no clients): its lease ends now.
@@ -307,6 +388,7 @@ final class ClusterMember: Service, Sendable {
                     metadata: ["pair": "\(self.settings.pairID)", "address": "\(self.settings.address)", "lease": "\(self.settings.lease)"])
                 await withDiscardingTaskGroup { group in
                     group.addTask { await self.fenceWatch() }
+                    group.addTask { await self.rebalanceLoop() }
                     while !Task.isCancelled {
                         await self.round()
                         try? await Task.sleep(for: self.settings.renewEvery)
