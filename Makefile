@@ -26,7 +26,7 @@ export TONEARM_MEDIA_DIR ?= $(DEMO_MEDIA)
 # (deploy/smoke-test.sh, TONEARM_IMAGE_BINARIES=host).
 RELEASE := swift build -c release --static-swift-stdlib
 
-.PHONY: deps deps-test install-packages build build-release test test-sanitizers test-tsan test-asan run demo-media clean bench bench-smoke bench-quality bench-micro deploy-test soak fuzz
+.PHONY: deps deps-test install-packages build build-release test test-sanitizers test-tsan test-asan run demo-media clean bench bench-smoke bench-quality bench-micro deploy-test soak chaos fuzz
 
 ## Installs the Debian packages and Python tools Tonearm needs to build and run (skipped when all
 ## are present); `deps-test` adds what the tests need.
@@ -145,15 +145,24 @@ soak: deps
 	$(RELEASE)
 	Benchmarks/Load/tonearm-load --rows soak $(SOAK_ARGS)
 
+## The chaos run of docs/benchmarks.md: three pairs on PostgreSQL, 60 guilds, a random pair
+## killed every 60 s and restarted, for 10 minutes (not in CI; PostgreSQL comes with
+## the test packages). CHAOS_ARGS changes it, e.g. make chaos CHAOS_ARGS="--chaos-seconds 120".
+chaos: deps-test
+	$(RELEASE)
+	Benchmarks/Load/tonearm-load --rows chaos $(CHAOS_ARGS)
+
 ## libFuzzer targets (Tests/Fuzz) with AddressSanitizer, FUZZ_SECONDS each (docs/reliability.md).
 ## They build into .build/release beside a release build (about 2 minutes after one).
 FUZZ_SECONDS ?= 600
 fuzz: deps
 	Tests/Fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
-## Every row of the load tool at toy sizes, in about a minute (CI runs it; no thresholds).
+## Every row of the load tool at toy sizes, in about a minute, and the chaos row's cluster for
+## 20 s with one kill (CI runs it; no thresholds).
 bench-smoke: BENCH_ARGS = --smoke
 bench-smoke: bench deps-test
+	Benchmarks/Load/tonearm-load --rows chaos --chaos-seconds 20 --chaos-every 10 --chaos-guilds 6
 	Benchmarks/Quality/opus-quality --check
 
 ## What each Opus complexity step costs and does to the sound at 128 kbit/s (docs/benchmarks.md
