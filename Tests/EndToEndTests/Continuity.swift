@@ -11,9 +11,9 @@ enum Continuity {
 
     /// Writes `seconds` of pink noise (seeded: every pair's copy is the same) as `noise-<seed>.flac`.
     @discardableResult
-    static func noise(seed: Int, seconds: Int, into directory: String) throws -> String {
+    static func noise(seed: Int, seconds: Int, into directory: String, channels: Int = 2) throws -> String {
         let file = directory + "/noise-\(seed).flac"
-        try MediaFixture.ffmpeg(["-f", "lavfi", "-i", "anoisesrc=d=\(seconds):c=pink:r=48000:a=0.3:s=\(seed)", "-ac", "2", file])
+        try MediaFixture.ffmpeg(["-f", "lavfi", "-i", "anoisesrc=d=\(seconds):c=pink:r=48000:a=0.3:s=\(seed)", "-ac", "\(channels)", file])
         return file
     }
 
@@ -64,8 +64,9 @@ enum Continuity {
     /// of `reference`: each one's jump from where the one before ended (ms; 0 when continuous),
     /// and the lowest correlation met (how sure the placement is). `guess` is where the first
     /// stretch is thought to be, give or take two seconds.
-    static func jumps(heard: [Float], from start: Int, stretches: Int, reference: [Float], guess: Int) -> (jumpsMS: [Double], worstScore: Double)
-    {
+    static func jumps(
+        heard: [Float], from start: Int, stretches: Int, reference: [Float], guess: Int, followRadius: Int = 24_000
+    ) -> (jumpsMS: [Double], worstScore: Double) {
         var jumps: [Double] = []
         var worst = 1.0
         var previous: Int?
@@ -73,7 +74,7 @@ enum Continuity {
             let from = start + index * stretch
             guard from + stretch <= heard.count else { break }
             let expected = previous.map { $0 + stretch } ?? guess
-            let found = locate(heard[from..<from + stretch], in: reference, around: expected, radius: previous == nil ? 96_000 : 24_000)
+            let found = locate(heard[from..<from + stretch], in: reference, around: expected, radius: previous == nil ? 96_000 : followRadius)
             worst = min(worst, found.score)
             if previous != nil { jumps.append(Double(found.offset - expected) / 48) }
             previous = found.offset
