@@ -159,10 +159,10 @@ fuzz: deps
 	Tests/Fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 ## Every row of the load tool at toy sizes, in about a minute, and the chaos row's cluster for
-## 20 s with one kill (CI runs it; no thresholds).
+## 12 s with one kill (CI runs it; no thresholds).
 bench-smoke: BENCH_ARGS = --smoke
 bench-smoke: bench deps-test
-	Benchmarks/Load/tonearm-load --rows chaos --chaos-seconds 20 --chaos-every 10 --chaos-guilds 6
+	Benchmarks/Load/tonearm-load --rows chaos --chaos-seconds 12 --chaos-every 6 --chaos-guilds 6
 	Benchmarks/Quality/opus-quality --check
 
 ## What each Opus complexity step costs and does to the sound at 128 kbit/s (docs/benchmarks.md

@@ -103,6 +103,7 @@ struct EngineSession {
         let stopped = playback
         playback = nil
         handOver = nil
+        startAtMS = nil
         lastChange = .now
         var finished = SessionManager.finished(id, playID, .stopped)
         finished.code = code
