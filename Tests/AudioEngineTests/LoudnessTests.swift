@@ -113,6 +113,53 @@ import Testing
         }
     }
 
+    /// A track measured to its end is not measured again: its next play knows the gain from the
+    /// first frame, as from a tag, and a track stopped after a few seconds is not kept.
+    @Test func aTrackMeasuredOnceIsKnownOnItsNextPlay() throws {
+        let directory = try TemporaryDirectory()
+        let file = try MediaFixture.noise(atLUFS: -20, seconds: 4, into: directory.path, name: "measured.flac")
+        let render = RenderContext(complexity: 10)
+        let first = try Pipeline(source: ResolvedSource(location: file, displayName: "t"), encoder: .init(), render: render)
+        #expect(first.knownLoudness == nil)
+        while case .value = try first.nextPacket(volume: 100, normalize: true) {}
+        let remembered = try #require(render.loudness.loudness(for: file))
+        #expect(abs(remembered - (-20)) < 0.3, "measured \(remembered)")
+
+        let again = try Pipeline(source: ResolvedSource(location: file, displayName: "t"), encoder: .init(), render: render)
+        #expect(again.knownLoudness == remembered)
+        _ = try again.nextPacket(volume: 100, normalize: true)
+        #expect(again.renderer.measuredLoudness == nil, "the meter runs again")
+
+        // Stopped after a second: too little to keep.
+        let other = try MediaFixture.noise(atLUFS: -30, seconds: 4, into: directory.path, name: "stopped.flac")
+        do {
+            let stopped = try Pipeline(source: ResolvedSource(location: other, displayName: "t"), encoder: .init(), render: render)
+            for _ in 0..<50 { _ = try stopped.nextPacket(volume: 100, normalize: true) }
+        }
+        #expect(render.loudness.loudness(for: other) == nil)
+    }
+
+    /// An Opus source measured once within 0.5 LU of the target stays passed through on its next
+    /// play, with normalisation on; the first play had to decode it to measure it.
+    @Test func anOpusSourceMeasuredAtTheTargetIsPassedThroughNextTime() throws {
+        let directory = try TemporaryDirectory()
+        let file = directory.file("measured.opus")
+        try MediaFixture.ffmpeg([
+            "-f", "lavfi", "-i", "sine=f=440:d=4:sample_rate=48000", "-ac", "2", "-c:a", "libopus", "-b:a", "96k",
+            "-frame_duration", "20", file,
+        ])
+        let render = RenderContext(complexity: 10)
+        let first = try Pipeline(source: ResolvedSource(location: file, displayName: "t"), encoder: .init(), render: render)
+        for _ in 0..<10 { _ = try first.nextPacket(volume: 100, normalize: true) }
+        #expect(!first.passthrough)
+        while case .value = try first.nextPacket(volume: 100, normalize: true) {}
+        let measured = try #require(render.loudness.loudness(for: file))
+        let again = try Pipeline(
+            source: ResolvedSource(location: file, displayName: "t"), encoder: .init(), loudnessTarget: measured + 0.3, render: render)
+        for _ in 0..<10 { _ = try again.nextPacket(volume: 100, normalize: true) }
+        #expect(again.passthrough, "measured at \(measured) LUFS, the target 0.3 LU above")
+    }
+
     @Test func tagsAreReadOnlyWhenTheyArePlainNumbers() {
         func loudness(_ tags: [String: String]) -> Double? { MediaDemuxer.taggedLoudness { tags[$0] } }
         #expect(loudness(["R128_TRACK_GAIN": "-2304"]) == -14)
@@ -149,6 +196,38 @@ import Testing
         #expect(abs(Spectrum.dBFS(steady) - (20 * log10(0.891) - 3.01)) < 0.5, "steady level \(Spectrum.dBFS(steady))")
         #expect(Spectrum.level(at: 3_000, steady) < Spectrum.level(at: 1_000, steady) - 40, "harmonics from clipping")
         #expect(left[0..<PeakLimiter.lookahead].allSatisfy { $0 == 0 })
+    }
+
+    /// The limiter's shortcut — a frame whose peaks cannot need limiting is only delayed — gives
+    /// what the sample loop gives, sample for sample: quiet stretches, peaks over the ceiling, a
+    /// frame whose only loud sample is the last of the one before (kept in the true-peak
+    /// history), and the release after limiting.
+    @Test(arguments: 0..<8)
+    func theLimitersShortcutGivesWhatTheSampleLoopGives(seed: UInt64) {
+        var fast = PeakLimiter(), slow = PeakLimiter(shortcut: false)
+        var state = seed &* 6_364_136_223_846_793_005 &+ 1
+        func random(_ count: Int) -> Int {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return Int((state >> 33) % UInt64(count))
+        }
+        var level: Float = 0.1
+        for frame in 0..<400 {
+            var samples = [Float](repeating: 0, count: 1_920)
+            if random(3) == 0 { level = [0.1, 0.5, 0.7, 1.4, 0.3][random(5)] }
+            for i in 0..<960 {
+                let x = level * Float(sin(2 * Double.pi * 440 * Double(frame * 960 + i) / 48_000))
+                samples[2 * i] = x
+                samples[2 * i + 1] = -0.8 * x
+            }
+            if random(7) == 0 { samples[1_918] = 1.2 }  // only the history can tell the next frame
+            var other = samples
+            samples.withUnsafeMutableBufferPointer { fast.process($0) }
+            other.withUnsafeMutableBufferPointer { slow.process($0) }
+            if let index = samples.indices.first(where: { samples[$0] != other[$0] }) {
+                Issue.record("frame \(frame), sample \(index): \(samples[index]) against \(other[index]) (level \(level))")
+                return
+            }
+        }
     }
 
     /// Turned off mid-track, the source's own level is back from the next frame (a one-frame ramp,

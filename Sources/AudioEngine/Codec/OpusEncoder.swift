@@ -38,6 +38,8 @@ public final class OpusEncoder {
     private var output = [UInt8](repeating: 0, count: OpusEncoder.maxPacketBytes)
     /// The state's blocks a snapshot of it has stored so far (see `OpusEncoderSnapshot`).
     private var storedBlocks: [UInt64] = []
+    /// The complexity last set, nil once a state was put back (it holds the one it was saved with).
+    private var appliedComplexity: Int32?
 
     public init(configuration: OpusEncoderConfiguration = .init()) throws(OpusError) {
         var error: Int32 = 0
@@ -47,6 +49,7 @@ public final class OpusEncoder {
         self.encoder = encoder
         try Self.check(tonearm_opus_set_bitrate(encoder, configuration.bitrate), "OPUS_SET_BITRATE")
         try Self.check(tonearm_opus_set_complexity(encoder, configuration.complexity), "OPUS_SET_COMPLEXITY")
+        appliedComplexity = configuration.complexity
         try Self.check(tonearm_opus_set_signal_music(encoder), "OPUS_SET_SIGNAL")
     }
 
@@ -73,6 +76,13 @@ public final class OpusEncoder {
     /// nothing had been encoded since.
     public func restore(from snapshot: OpusEncoderSnapshot) {
         snapshot.put(into: UnsafeMutableRawPointer(encoder))
+        appliedComplexity = nil
+    }
+
+    /// Encodes from the next frame at `complexity` (0–10; libopus takes a change mid-stream).
+    public func setComplexity(_ complexity: Int32) {
+        guard complexity != appliedComplexity, (0...10).contains(complexity) else { return }
+        if tonearm_opus_set_complexity(encoder, complexity) == OPUS_OK { appliedComplexity = complexity }
     }
 
     /// The state's bytes as they are (for tests: a snapshot put back must equal them).

@@ -7,7 +7,11 @@ import Foundation
 
 /// BS.1770-4's integrated loudness, kept up to date as samples arrive: K-weighting, mean square
 /// over 400 ms blocks every 100 ms, absolute gate at −70 LUFS, relative gate 10 LU below.
+/// The two channels run side by side in the lanes of `SIMD2<Double>` (one biquad step for both),
+/// and the filters' memories are values, not arrays: a copy of the meter (the renderer keeps one
+/// per frame ahead) allocates nothing.
 struct LoudnessMeter {
+    typealias Lanes = SIMD2<Double>
     /// The K-weighting filter's two stages at 48 kHz (BS.1770-4, tables 1 and 2).
     private static let shelf = (b0: 1.53512485958697, b1: -2.69169618940638, b2: 1.19839281085285, a1: -1.69065929318241, a2: 0.73248077421585)
     private static let highPass = (b0: 1.0, b1: -2.0, b2: 1.0, a1: -1.99004745483398, a2: 0.99007225036621)
@@ -16,12 +20,12 @@ struct LoudnessMeter {
     /// every block of the track, and this holds them in 3.2 KB however long it plays.
     private static let binWidth = 0.1, lowest = -70.0, bins = 800
 
-    /// Two biquad memories per stage per channel.
-    private var state = [Double](repeating: 0, count: 8)
-    private var subblockSum = 0.0
+    /// Two biquad memories per stage, one lane per channel.
+    private var shelf1 = Lanes(), shelf2 = Lanes(), high1 = Lanes(), high2 = Lanes()
+    private var subblockSum = Lanes()
     private var subblockFill = 0
     /// The last four 100 ms sub-blocks' mean squares (summed over the two channels).
-    private var recent = [Double](repeating: 0, count: 4)
+    private var recent = SIMD4<Double>()
     private var subblocks = 0
     /// Sub-blocks above the absolute gate: silence before the music does not count as measuring it.
     private var audibleSubblocks = 0
@@ -35,54 +39,66 @@ struct LoudnessMeter {
         if blocks > 0 { return integrated }
         let available = min(subblocks, 4)
         guard available > 0 else { return nil }
-        let energy = recent.prefix(available).reduce(0, +) / Double(available)
-        let level = Self.lufs(energy)
+        var energy = 0.0
+        for index in 0..<available { energy += recent[index] }
+        let level = Self.lufs(energy / Double(available))
         return level > Self.lowest ? level : nil
     }
 
     /// Seconds of audible sound measured.
     var seconds: Double { Double(audibleSubblocks) * 0.1 }
 
-    /// Measures the samples; returns whether a 100 ms sub-block ended among them (the loudness
-    /// may have changed).
+    /// Measures the samples (interleaved stereo); returns whether a 100 ms sub-block ended among
+    /// them (the loudness may have changed).
     @discardableResult
     mutating func add(_ samples: UnsafeMutableBufferPointer<Float>) -> Bool {
+        guard let base = samples.baseAddress else { return false }
         var ended = false
-        var i = 0
         let s = Self.shelf, h = Self.highPass
-        while i + 1 < samples.count {
-            var energy = 0.0
-            for channel in 0..<2 {
-                let o = channel * 4
-                let x = Double(samples[i + channel])
-                let y = s.b0 * x + state[o]
-                state[o] = (s.b1 * x - s.a1 * y + state[o + 1]).flushed
-                state[o + 1] = (s.b2 * x - s.a2 * y).flushed
-                let z = h.b0 * y + state[o + 2]
-                state[o + 2] = (h.b1 * y - h.a1 * z + state[o + 3]).flushed
-                state[o + 3] = (h.b2 * y - h.a2 * z).flushed
-                energy += z * z
-            }
-            subblockSum += energy
-            subblockFill += 1
-            if subblockFill == Self.subblockSamples {
-                endSubblock()
+        let sb0 = Lanes(repeating: s.b0), sb1 = Lanes(repeating: s.b1), sb2 = Lanes(repeating: s.b2)
+        let sa1 = Lanes(repeating: s.a1), sa2 = Lanes(repeating: s.a2)
+        let hb1 = Lanes(repeating: h.b1), ha1 = Lanes(repeating: h.a1), ha2 = Lanes(repeating: h.a2)
+        // The memories live in registers through the loop.
+        var m1 = shelf1, m2 = shelf2, n1 = high1, n2 = high2, sum = subblockSum
+        var fill = subblockFill
+        for frame in 0..<samples.count / 2 {
+            let x = Lanes(Double(base[2 * frame]), Double(base[2 * frame + 1]))
+            let y = sb0 * x + m1
+            m1 = sb1 * x - sa1 * y + m2
+            m2 = sb2 * x - sa2 * y
+            let z = y + n1  // the high-pass's b0 and b2 are 1
+            n1 = hb1 * y - ha1 * z + n2
+            n2 = y - ha2 * z
+            sum += z * z
+            fill += 1
+            if fill == Self.subblockSamples {
+                endSubblock(sum.sum())
+                sum = Lanes()
+                fill = 0
                 ended = true
             }
-            i += 2
         }
+        // Denormals are flushed once a frame (silence decays the memories towards them).
+        shelf1 = Self.flushed(m1)
+        shelf2 = Self.flushed(m2)
+        high1 = Self.flushed(n1)
+        high2 = Self.flushed(n2)
+        subblockSum = sum
+        subblockFill = fill
         return ended
     }
 
-    private mutating func endSubblock() {
-        let meanSquare = subblockSum / Double(Self.subblockSamples)
+    private static func flushed(_ value: Lanes) -> Lanes {
+        Lanes(value[0].flushed, value[1].flushed)
+    }
+
+    private mutating func endSubblock(_ sum: Double) {
+        let meanSquare = sum / Double(Self.subblockSamples)
         recent[subblocks % 4] = meanSquare
         subblocks += 1
         if Self.lufs(meanSquare) > Self.lowest { audibleSubblocks += 1 }
-        subblockSum = 0
-        subblockFill = 0
         guard subblocks >= 4 else { return }
-        let energy = recent.reduce(0, +) / 4
+        let energy = recent.sum() / 4
         let level = Self.lufs(energy)
         guard level > Self.lowest else { return }
         histogram[min(Int((level - Self.lowest) / Self.binWidth), Self.bins - 1)] += 1
@@ -154,6 +170,12 @@ package struct LoudnessNormalizer {
         wantedDB = taggedLoudness.map { Self.clamp(target - $0) } ?? gainDB
     }
 
+    /// What the meter has measured of the track (nil while tagged, or before anything audible).
+    var measured: (loudness: Double, seconds: Double)? {
+        guard taggedLoudness == nil, let loudness = meter.loudness else { return nil }
+        return (loudness, meter.seconds)
+    }
+
     /// Whether a track needs normalising at all: not when its tag puts it within 0.5 LU of the
     /// target (an Opus source then stays passthrough).
     static func isNeeded(taggedLoudness: Double?, target: Double) -> Bool {
@@ -221,7 +243,14 @@ struct PeakLimiter {
     /// The first frame crossfades from the undelayed sound to the delayed one.
     private var fadeIn: Bool
 
-    init(fadeIn: Bool = false) { self.fadeIn = fadeIn }
+    /// Whether a frame no sample of which can need limiting is only delayed (`delayOnly`); off
+    /// only in the test that compares the two ways.
+    private let shortcut: Bool
+
+    init(fadeIn: Bool = false, shortcut: Bool = true) {
+        self.fadeIn = fadeIn
+        self.shortcut = shortcut
+    }
 
     /// Whether the limiter is reducing the gain (or about to).
     var isLimiting: Bool { envelope < 1 || sinceLimit < Self.window }
@@ -229,6 +258,7 @@ struct PeakLimiter {
     /// `fadeOut`: this frame crossfades from the delayed sound to the undelayed one (the last).
     mutating func process(_ samples: UnsafeMutableBufferPointer<Float>, fadeOut: Bool = false) {
         let crossfade = fadeIn || fadeOut
+        if shortcut && !crossfade && !isLimiting && minima.allSatisfy({ $0 == 1 }) && delayOnly(samples) { return }
         // The weight of the delayed sound goes 0 → 1 (fade in) or 1 → 0 (fade out) over the frame.
         let weightStep = (fadeOut ? -1 : 1) / Float(max(samples.count / 2, 1))
         var weight: Float = fadeOut ? 1 : 0
@@ -281,5 +311,59 @@ struct PeakLimiter {
         }
         // The running sum drifts with rounding; it is recomputed once a frame.
         minimaSum = minima.reduce(0, +)
+    }
+
+    /// The frame when no sample of it can need limiting: it is only delayed (when nothing was
+    /// limited for a window and the minima the envelope averages are all back at 1; the envelope
+    /// snaps to 1 a little before they are). A half-way point's
+    /// estimate, (9(x1 + x2) − (x0 + x3)) / 16, is at most 20/16 of the largest of the four
+    /// samples it is made of, so if 1.25 × the largest magnitude among the frame and the four
+    /// samples before it stays at the ceiling, every estimate the sample loop would make does too:
+    /// it would require a gain of 1 everywhere and leave the envelope at 1, which is what this
+    /// does, without the per-sample estimate. The result is the same sample for sample
+    /// (`LoudnessTests.theLimitersShortcutGivesWhatTheSampleLoopGives`). False: nothing was done.
+    private mutating func delayOnly(_ samples: UnsafeMutableBufferPointer<Float>) -> Bool {
+        let count = samples.count
+        guard let base = samples.baseAddress, count >= delay.count, count % 2 == 0 else { return false }
+        var peak = SIMD8<Float>()
+        var index = 0
+        while index + 8 <= count {
+            let lanes = UnsafeRawPointer(base + index).loadUnaligned(as: SIMD8<Float>.self)
+            peak = pointwiseMax(peak, pointwiseMax(lanes, -lanes))
+            index += 8
+        }
+        var largest = peak.max()
+        while index < count {
+            largest = max(largest, abs(base[index]))
+            index += 1
+        }
+        for value in history { largest = max(largest, abs(value)) }
+        // Not-a-number fails this test too, and goes the sample loop's way (a gain of 0).
+        guard largest * 1.25 <= Self.ceiling else { return false }
+        let line = delay.count
+        withUnsafeTemporaryAllocation(of: Float.self, capacity: line) { tail in
+            guard let tailBase = tail.baseAddress else { return }
+            tailBase.update(from: base + (count - line), count: line)
+            (base + line).update(from: base, count: count - line)  // overlapping: a memmove
+            delay.withUnsafeBufferPointer { ring in
+                guard let ringBase = ring.baseAddress else { return }
+                // The oldest delayed sample is at `delayIndex`.
+                base.update(from: ringBase + delayIndex, count: line - delayIndex)
+                (base + (line - delayIndex)).update(from: ringBase, count: delayIndex)
+            }
+            delay.withUnsafeMutableBufferPointer { ring in
+                ring.baseAddress?.update(from: tailBase, count: line)
+            }
+        }
+        delayIndex = 0
+        // The ring of gains moves on as in the sample loop (its values are all 1), so that the
+        // sum taken over it at the end of a frame adds them in the same order.
+        ringIndex = (ringIndex + count / 2) % Self.window
+        // The last four input samples per channel, as the sample loop would leave them: the
+        // newest frames of the delay line now.
+        for channel in 0..<2 {
+            for offset in 0..<4 { history[channel * 4 + offset] = delay[line - 8 + 2 * offset + channel] }
+        }
+        return true
     }
 }

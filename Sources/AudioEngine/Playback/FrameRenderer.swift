@@ -67,6 +67,8 @@ final class FrameRenderer {
     /// The loudness the track's tags give, once the source is open.
     var taggedLoudness: Double?
     private let encodeTime: CoreMetrics.Timer?
+    /// The engine's complexity in force and remembered loudness (nil in tests: the configuration's).
+    let render: RenderContext?
     /// One per frame the outbox can hold, indexed by sequence modulo their count.
     private var kept: [Kept]
     /// Frames rendered so far in this play; the next one is this number.
@@ -75,8 +77,10 @@ final class FrameRenderer {
     private var pcm: [Float] = []
 
     init(
-        encoder configuration: OpusEncoderConfiguration, loudnessTarget: Double, keep: Int, encodeTime: CoreMetrics.Timer?
+        encoder configuration: OpusEncoderConfiguration, loudnessTarget: Double, keep: Int, encodeTime: CoreMetrics.Timer?,
+        render: RenderContext? = nil
     ) {
+        self.render = render
         encoderConfiguration = configuration
         self.loudnessTarget = loudnessTarget
         self.encodeTime = encodeTime
@@ -97,6 +101,9 @@ final class FrameRenderer {
         encoder = nil
         forget()
     }
+
+    /// What the normaliser has measured of the track so far (nil: not measuring, or tagged).
+    var measuredLoudness: (loudness: Double, seconds: Double)? { state.normalizer?.measured }
 
     /// The next track of a gapless join or a crossfade goes through from here.
     func startTrack(taggedLoudness: Double?) {
@@ -238,6 +245,7 @@ final class FrameRenderer {
             state.gain = target
         }
         state.heard = true
+        if let render { encoder.setComplexity(render.complexity) }
         let started = ContinuousClock.now
         defer { encodeTime?.recordNanoseconds(Self.nanoseconds(ContinuousClock.now - started)) }
         return try pcm.withUnsafeBufferPointer { try encoder.encode($0) { Array($0) } }

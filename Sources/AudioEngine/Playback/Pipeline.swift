@@ -58,10 +58,12 @@ final class Pipeline {
     init(
         source: ResolvedSource, encoder configuration: OpusEncoderConfiguration, startMS: Int64 = 0,
         loudnessTarget: Double = LoudnessNormalizer.defaultTarget, lead: Int = PlaybackConfiguration().leadFrames,
-        metrics: EngineMetrics? = nil, network: SourceNetwork? = nil
+        metrics: EngineMetrics? = nil, network: SourceNetwork? = nil, render: RenderContext? = nil
     ) throws {
         renderer = FrameRenderer(
-            encoder: configuration, loudnessTarget: loudnessTarget, keep: lead, encodeTime: metrics?.encodeTime)
+            encoder: configuration, loudnessTarget: loudnessTarget, keep: lead, encodeTime: metrics?.encodeTime, render: render)
+        memory = render?.loudness
+        trackKey = source.pageURL ?? source.location
         samples = SourceSamples(packetsSkipped: metrics?.sourcePacketsSkipped)
         self.startMS = startMS
         if source.isNetwork {
@@ -88,7 +90,28 @@ final class Pipeline {
         try start(decoder)
     }
 
-    deinit { demuxThread?.close() }
+    deinit {
+        demuxThread?.close()
+        rememberLoudness(whole: false)
+    }
+
+    /// Where the loudness measured of this track is kept, and under which key (its page's URL,
+    /// else its location).
+    private let memory: LoudnessMemory?
+    private let trackKey: String
+    /// The track's loudness known before it plays: its tag's, else an earlier play's measurement.
+    private(set) var knownLoudness: Double?
+    /// The renderer measures another track now (this one ended, or handed over), or this one's
+    /// measurement is kept already.
+    private var measurementDone = false
+
+    /// Keeps what the renderer measured of this track for its later plays (once).
+    private func rememberLoudness(whole: Bool) {
+        guard !measurementDone, let memory else { return }
+        measurementDone = true
+        guard let measured = renderer.measuredLoudness else { return }
+        memory.remember(trackKey, loudness: measured.loudness, seconds: measured.seconds, whole: whole)
+    }
 
     /// The source's description once it is open (seeked to `startMS`); nil while a network
     /// source is still opening. Throws if it could not be opened.
@@ -114,7 +137,8 @@ final class Pipeline {
 
     private func start(_ decoder: MediaDecoder) throws {
         info = decoder.info
-        renderer.taggedLoudness = decoder.info.taggedLoudness
+        knownLoudness = decoder.info.taggedLoudness ?? memory?.loudness(for: trackKey)
+        renderer.taggedLoudness = knownLoudness
         samples.opusSource = decoder.info.isOpusStereo48k
         if startMS > 0 { try seek(toMS: startMS) }
     }
@@ -137,7 +161,8 @@ final class Pipeline {
     func handOver() -> Pipeline? {
         guard let next = following?.pipeline else { return nil }
         next.renderer = renderer
-        renderer.startTrack(taggedLoudness: next.info?.taggedLoudness)
+        rememberLoudness(whole: true)
+        renderer.startTrack(taggedLoudness: next.knownLoudness)
         next.timescale = timescale
         next.lastSourceMicros = lastSourceMicros
         join.handedOver()
@@ -149,6 +174,12 @@ final class Pipeline {
     /// The next 20 ms Opus packet at `volume` percent through `filters`, brought to the target
     /// loudness if `normalize`.
     func nextPacket(volume: Int, filters: Filters = Filters(), normalize: Bool = false) throws -> Next<[UInt8]> {
+        let next = try renderNext(volume: volume, filters: filters, normalize: normalize)
+        if case .end = next { rememberLoudness(whole: true) }
+        return next
+    }
+
+    private func renderNext(volume: Int, filters: Filters, normalize: Bool) throws -> Next<[UInt8]> {
         guard case .ready(let decoder) = stage else { return .pending }
         let settings = RenderSettings(volume: volume, filters: filters, normalize: normalize)
         setTimescale(filters.timescale)
@@ -315,7 +346,7 @@ final class Pipeline {
     func passesThrough(volume: Int, filters: Filters, normalize: Bool) -> Bool {
         guard let info else { return false }
         return info.isOpusStereo48k && volume == 100 && filters.isEmpty
-            && !(normalize && LoudnessNormalizer.isNeeded(taggedLoudness: info.taggedLoudness, target: renderer.loudnessTarget))
+            && !(normalize && LoudnessNormalizer.isNeeded(taggedLoudness: knownLoudness, target: renderer.loudnessTarget))
     }
 
     /// Source packets that went out untouched but will not be sent after all (the settings

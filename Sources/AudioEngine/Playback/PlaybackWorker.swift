@@ -14,6 +14,8 @@ final class PlaybackWorker {
         let encoder: OpusEncoderConfiguration
         let metrics: EngineMetrics
         let network: SourceNetwork?
+        /// The engine's complexity in force and remembered loudness (nil in tests).
+        var render: RenderContext? = nil
     }
 
     private let machine: NIOLockedValueBox<PlaybackMachine>
@@ -144,7 +146,7 @@ final class PlaybackWorker {
         do {
             return try Pipeline(
                 source: source, encoder: context.encoder, startMS: startMS, loudnessTarget: loudnessTarget, lead: lead,
-                metrics: context.metrics, network: context.network)
+                metrics: context.metrics, network: context.network, render: context.render)
         } catch {
             push(.end(.error, APIError.wrap(error)), frames: 0, generation: nil)
             return nil
@@ -172,7 +174,7 @@ final class PlaybackWorker {
             do {
                 let next = try Pipeline(
                     source: source, encoder: context.encoder, loudnessTarget: loudnessTarget, lead: lead,
-                    metrics: context.metrics, network: context.network)
+                    metrics: context.metrics, network: context.network, render: context.render)
                 host.setFollowing(.init(playID: asked.playID, pipeline: next, fadeFloats: asked.fadeFloats))
                 opened = opened.filter { $0.key == pipeline.following?.playID }
                 opened[asked.playID] = asked

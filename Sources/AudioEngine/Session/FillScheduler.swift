@@ -20,6 +20,7 @@ struct FillScheduler: Sendable {
     let configuration: PlaybackConfiguration
     let metrics: EngineMetrics
     let network: SourceNetwork
+    let render: RenderContext
 
     /// Refill jobs a tick submits at most: enough to keep every worker busy and balanced, few
     /// enough that thousands of passthrough sessions do not cost thousands of thread-pool
@@ -39,6 +40,7 @@ struct FillScheduler: Sendable {
         let encoder = configuration.encoder
         let metrics = metrics
         let network = network
+        let render = render
         let nice = pool == .workers ? configuration.workerNice : 0
         let threads = pool == .workers ? workers : openers
         let perJob = (claimed.count + Self.refillJobsPerTick - 1) / Self.refillJobsPerTick
@@ -49,7 +51,7 @@ struct FillScheduler: Sendable {
                 for (playback, claim) in job {
                     playback.fill(
                         lead: lead, passthroughLead: passthroughLead, encoder: encoder, metrics: metrics, network: network,
-                        claim: claim)
+                        render: render, claim: claim)
                 }
             }
         }

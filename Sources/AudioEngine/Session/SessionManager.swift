@@ -31,6 +31,8 @@ package final class SessionManager: Sendable {
     let fills: FillScheduler
     let logger: Logger
     let metrics: EngineMetrics
+    /// The complexity in force and the loudness remembered, read by every play's renderer.
+    let render: RenderContext
     /// Where a play's source is resolved and opened.
     private let sources: SourceOpener
 
@@ -42,9 +44,10 @@ package final class SessionManager: Sendable {
         self.metrics = metrics
         self.resolver = resolver
         self.configuration = configuration
+        render = RenderContext(complexity: configuration.encoder.complexity)
         let fills = FillScheduler(
             workers: workers, openers: openers ?? workers, configuration: configuration, metrics: metrics,
-            network: resolver.network)
+            network: resolver.network, render: render)
         self.fills = fills
         sources = SourceOpener(resolver: resolver, background: background, fills: fills)
         self.logger = logger
