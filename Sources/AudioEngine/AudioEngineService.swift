@@ -31,7 +31,7 @@ package enum AudioEngineService {
         let background = BackgroundTasks()
         let manager = SessionManager(
             resolver: resolver, configuration: configuration.playback, workers: workers, openers: openers,
-            background: background, metrics: metrics, logger: logger)
+            background: background, metrics: metrics, load: configuration.loadSettings(), logger: logger)
         // The Router socket's own event loop: the pacer hands it each tick's batch, so it runs at
         // the pacer's priority, and nothing else (HTTP requests) queues in front of the write.
         let socketLoop = MultiThreadedEventLoopGroup(numberOfThreads: 1)
@@ -58,6 +58,7 @@ package enum AudioEngineService {
                 services: [
                     .init(service: socket), .init(service: pacer), .init(service: background), .init(service: app),
                     .init(service: HandOverGrace(manager: manager, grace: configuration.handOverGrace)),
+                    .init(service: LoadMonitor(manager: manager, control: manager.load, logger: logger)),
                 ],
                 gracefulShutdownSignals: [.sigterm, .sigint],
                 logger: logger))

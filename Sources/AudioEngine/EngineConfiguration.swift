@@ -39,6 +39,13 @@ package struct EngineConfiguration: Sendable {
     /// Told to stop, the engine goes on playing for up to this long while its Router hands the
     /// sessions to other pairs of a cluster, and stops as soon as none is heard (0: at once).
     var handOverGrace: Duration = .zero
+    /// The share of its cores the engine may use for its sessions, in per cent: a play that
+    /// would take it past is refused (`503 engine_full`), and transcoding sessions step down in
+    /// complexity as it is approached. 0 turns both off.
+    package var cpuBudgetPercent = 75
+    /// The lowest complexity transcoding sessions step down to under load (at least 0, at most
+    /// the configured `TONEARM_COMPLEXITY`, which is where they start and come back to).
+    var minimumComplexity: Int32 = 5
 
     init() {}
 
@@ -55,6 +62,12 @@ package struct EngineConfiguration: Sendable {
         if let value = environment["TONEARM_MEDIA_DIR"] { mediaDirectory = value }
         if let value = environment["TONEARM_BITRATE"] {
             playback.encoder.bitrate = Int32(try Self.int(value, "TONEARM_BITRATE", 6_000...510_000))
+        }
+        if let value = environment["TONEARM_CPU_BUDGET"] {
+            cpuBudgetPercent = try Self.int(value, "TONEARM_CPU_BUDGET", 0...100)
+        }
+        if let value = environment["TONEARM_MIN_COMPLEXITY"] {
+            minimumComplexity = Int32(try Self.int(value, "TONEARM_MIN_COMPLEXITY", 0...10))
         }
         if let value = environment["TONEARM_COMPLEXITY"] {
             playback.encoder.complexity = Int32(try Self.int(value, "TONEARM_COMPLEXITY", 0...10))

@@ -21,14 +21,18 @@ public struct SessionInfo: Sendable, Equatable, Codable {
     /// A play held until this wall-clock moment (a hand-over from another engine): not heard
     /// yet. Absent otherwise.
     public var startAtMS: Int64?
+    /// The Opus complexity the session's frames are encoded at now (the engine lowers it under
+    /// load); absent while it passes packets through or plays nothing.
+    public var complexity: Int?
 
     public init(
         sessionID: SessionID, state: SessionState, playID: UInt64? = nil, url: String? = nil, title: String? = nil,
         thumbnail: String? = nil, durationMS: Int64? = nil, positionMS: Int64 = 0, volume: Int = 100,
         passthrough: Bool = false, frames: FrameCounters = FrameCounters(), filters: Filters? = nil,
-        normalize: Bool = false, startAtMS: Int64? = nil
+        normalize: Bool = false, startAtMS: Int64? = nil, complexity: Int? = nil
     ) {
         self.startAtMS = startAtMS
+        self.complexity = complexity
         self.sessionID = sessionID
         self.state = state
         self.playID = playID
@@ -45,7 +49,7 @@ public struct SessionInfo: Sendable, Equatable, Codable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case state, url, title, thumbnail, volume, passthrough, frames, filters, normalize
+        case state, url, title, thumbnail, volume, passthrough, frames, filters, normalize, complexity
         case sessionID = "session_id"
         case playID = "play_id"
         case durationMS = "duration_ms"

@@ -41,6 +41,7 @@ package enum RouterService {
         await directory.restore()
         if let member {
             member.attach(directory)
+            member.readLoad { [store] in store.engineLoad }
             await directory.onRelease { id in await member.released(id) }
         }
         let (events, eventSink) = AsyncStream<WireEvent>.makeStream()

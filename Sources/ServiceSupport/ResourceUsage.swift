@@ -1,5 +1,9 @@
 // Process figures both executables report in their `/health`.
 import Foundation
+#if canImport(CDispatch)
+    import CDispatch  // where `timespec` comes from when Foundation is imported, with MemberImportVisibility
+#endif
+import Glibc
 
 public enum ResourceUsage {
     /// Resident memory of this process in bytes (Linux `/proc/self/statm`), 0 where unknown.
@@ -8,5 +12,34 @@ public enum ResourceUsage {
         let fields = text.split(separator: " ")
         guard fields.count > 1, let pages = Int(fields[1]) else { return 0 }
         return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
+    }
+
+    /// CPU seconds (user + system, all threads) this process has used.
+    public static func cpuSeconds() -> Double {
+        var usage = rusage()
+        guard getrusage(RUSAGE_SELF.rawValue, &usage) == 0 else { return 0 }
+        return seconds(usage.ru_utime) + seconds(usage.ru_stime)
+    }
+
+    /// CPU seconds the calling thread has used.
+    public static func threadCPUSeconds() -> Double {
+        var time = timespec()
+        guard clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time) == 0 else { return 0 }
+        return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
+    }
+
+    /// The cores this process may use: its cgroup's CPU quota (`cpu.max`, cgroup v2) where one is
+    /// set, else the processors it may run on.
+    public static func availableCores() -> Double {
+        let processors = Double(max(ProcessInfo.processInfo.activeProcessorCount, 1))
+        guard let text = try? String(contentsOfFile: "/sys/fs/cgroup/cpu.max", encoding: .utf8) else { return processors }
+        let fields = text.split(whereSeparator: { $0 == " " || $0 == "\n" })
+        guard fields.count == 2, let quota = Double(fields[0]), let period = Double(fields[1]), quota > 0, period > 0
+        else { return processors }
+        return min(quota / period, processors)
+    }
+
+    private static func seconds(_ time: timeval) -> Double {
+        Double(time.tv_sec) + Double(time.tv_usec) / 1e6
     }
 }

@@ -7,6 +7,12 @@ public struct SessionID: Hashable, Sendable, CustomStringConvertible {
     /// The number of bytes an id occupies on the wire.
     public static let wireLength = 24
 
+    /// The id engine-wide events (`load`) carry: no session may have it (the engine refuses a
+    /// play on it), so a reader can tell them from a session's.
+    public static let engine: SessionID = {
+        do { return try SessionID("*") } catch { fatalError("\"*\" is a valid session id") }
+    }()
+
     // The padded wire bytes, little-endian packed: byte i of the id is byte (i % 8) of word i / 8.
     @usableFromInline let w0: UInt64
     @usableFromInline let w1: UInt64

@@ -21,6 +21,9 @@ public struct EventType: RawRepresentable, Hashable, Sendable, Codable, CustomSt
     public static let seeked = EventType("seeked")
     public static let progress = EventType("progress")
     public static let volume = EventType("volume")
+    /// The engine's load report (`load`), every 10 s and when it changes; its `session_id` is
+    /// `SessionID.engine`.
+    public static let load = EventType("load")
 
     public init(from decoder: any Decoder) throws {
         self.rawValue = try decoder.singleValueContainer().decode(String.self)
@@ -59,7 +62,7 @@ public struct WireEvent: Hashable, Sendable, Codable {
 
     /// An upper bound on a line's length: every string at its limit and every byte escaped as
     /// `\u00XX` (6 bytes), plus the keys, numbers and punctuation. Inside `WireFormat.maxFrameLength`.
-    public static let maxLineBytes = 6 * (Limit.code + Limit.message + Limit.url + Limit.title) + 512
+    public static let maxLineBytes = 6 * (Limit.code + Limit.message + Limit.url + Limit.title) + 1_024
 
     public var type: EventType
     public var sessionID: SessionID
@@ -73,11 +76,14 @@ public struct WireEvent: Hashable, Sendable, Codable {
     public var positionMS: Int64?
     public var volume: Int?
     public var passthrough: Bool?
+    /// `load` events only.
+    public var load: LoadReport?
 
     public init(
         type: EventType, sessionID: SessionID, playID: UInt64? = nil, reason: FinishReason? = nil,
         code: String? = nil, message: String? = nil, url: String? = nil, title: String? = nil,
-        durationMS: Int64? = nil, positionMS: Int64? = nil, volume: Int? = nil, passthrough: Bool? = nil
+        durationMS: Int64? = nil, positionMS: Int64? = nil, volume: Int? = nil, passthrough: Bool? = nil,
+        load: LoadReport? = nil
     ) {
         self.type = type
         self.sessionID = sessionID
@@ -91,6 +97,7 @@ public struct WireEvent: Hashable, Sendable, Codable {
         self.positionMS = positionMS
         self.volume = volume
         self.passthrough = passthrough
+        self.load = load
     }
 
     enum CodingKeys: String, CodingKey {
@@ -100,7 +107,7 @@ public struct WireEvent: Hashable, Sendable, Codable {
         case reason, code, message, url, title
         case durationMS = "duration_ms"
         case positionMS = "position_ms"
-        case volume, passthrough
+        case volume, passthrough, load
     }
 
     /// `text` cut to at most `limit` UTF-8 bytes at a character boundary, ending in "…" if cut.

@@ -1,6 +1,7 @@
 // `GET /health` of the engine: what an operator or compose's health check reads.
 import EngineAPI
 import Hummingbird
+import WireProtocol
 
 /// The engine's figures: sessions by state, the Router's link, frames, memory.
 struct EngineHealth: Codable, ResponseEncodable {
@@ -13,6 +14,8 @@ struct EngineHealth: Codable, ResponseEncodable {
     var frames: FrameCounters
     var droppedFrames: UInt64
     var rssBytes: Int
+    /// What the engine can still take (docs/engine-api.md, "Load").
+    var load: LoadReport
 
     enum CodingKeys: String, CodingKey {
         case status, version, sessions, playing, frames
@@ -20,5 +23,6 @@ struct EngineHealth: Codable, ResponseEncodable {
         case routerConnections = "router_connections"
         case droppedFrames = "dropped_frames"
         case rssBytes = "rss_bytes"
+        case load
     }
 }

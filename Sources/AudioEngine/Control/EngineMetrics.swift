@@ -21,6 +21,15 @@ package struct EngineMetrics: Sendable {
     let droppedFrames: CoreMetrics.Counter
     let routerConnections: CoreMetrics.Gauge
     let sessions: [SessionState: CoreMetrics.Gauge]
+    /// The load governor's figures: the complexity transcoding sessions encode at, the CPU budget
+    /// and what was used over the last second (cores), plays refused for the budget, transcoding
+    /// and passed-through plays, and how many more transcoding plays fit.
+    let opusComplexity: CoreMetrics.Gauge
+    let cpuBudget: CoreMetrics.Gauge
+    let cpuUsed: CoreMetrics.Gauge
+    let admissionRefusals: CoreMetrics.Counter
+    let playsByKind: [String: CoreMetrics.Gauge]
+    let headroom: CoreMetrics.Gauge
     /// Renders the Prometheus text exposition, when the factory is Prometheus.
     let registry: PrometheusCollectorRegistry?
 
@@ -39,6 +48,15 @@ package struct EngineMetrics: Sendable {
             uniqueKeysWithValues: SessionState.allCases.map {
                 ($0, CoreMetrics.Gauge(label: "tonearm_engine_sessions", dimensions: [("state", $0.rawValue)], factory: factory))
             })
+        opusComplexity = CoreMetrics.Gauge(label: "tonearm_engine_opus_complexity", factory: factory)
+        cpuBudget = CoreMetrics.Gauge(label: "tonearm_engine_cpu_budget_cores", factory: factory)
+        cpuUsed = CoreMetrics.Gauge(label: "tonearm_engine_cpu_used_cores", factory: factory)
+        admissionRefusals = CoreMetrics.Counter(label: "tonearm_engine_admission_refusals_total", factory: factory)
+        playsByKind = Dictionary(
+            uniqueKeysWithValues: ["transcoding", "passthrough"].map {
+                ($0, CoreMetrics.Gauge(label: "tonearm_engine_plays", dimensions: [("kind", $0)], factory: factory))
+            })
+        headroom = CoreMetrics.Gauge(label: "tonearm_engine_headroom_sessions", factory: factory)
         self.registry = registry
     }
 
@@ -55,6 +73,12 @@ package struct EngineMetrics: Sendable {
         "tonearm_engine_router_dropped_frames_total": "Frames a slow Router connection did not get.",
         "tonearm_engine_router_connections": "Router connections on the socket.",
         "tonearm_engine_sessions": "Sessions by state.",
+        "tonearm_engine_opus_complexity": "The Opus complexity transcoding sessions encode at now (lowered under load).",
+        "tonearm_engine_cpu_budget_cores": "CPU the engine may use for its sessions, in cores (0: no admission control).",
+        "tonearm_engine_cpu_used_cores": "CPU the engine used over the last second, in cores.",
+        "tonearm_engine_admission_refusals_total": "Plays refused with engine_full: they did not fit in the CPU budget.",
+        "tonearm_engine_plays": "Plays being heard or opening, by kind (transcoding or passthrough).",
+        "tonearm_engine_headroom_sessions": "Transcoding plays that still fit in the CPU budget.",
     ])
 
     /// The Prometheus text exposition, with help lines; empty unless the factory is Prometheus.

@@ -24,7 +24,7 @@ extension ControlAPI {
                 status: "ok", version: Self.version, uptimeSeconds: Date().timeIntervalSince(startedAt),
                 sessions: Dictionary(uniqueKeysWithValues: counts.map { ($0.key.rawValue, $0.value) }),
                 playing: counts[.streaming] ?? 0, routerConnections: stats.connections, frames: manager.totals,
-                droppedFrames: stats.droppedFrames, rssBytes: ResourceUsage.residentBytes())
+                droppedFrames: stats.droppedFrames, rssBytes: ResourceUsage.residentBytes(), load: manager.loadReport())
         }
     }
 }

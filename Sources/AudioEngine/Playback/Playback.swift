@@ -131,6 +131,11 @@ final class Playback: @unchecked Sendable {
         machine.withLockedValue { $0.nextItem() }
     }
 
+    /// The same, with the frames left in the outbox after it (what the pacer's slack is read from).
+    func nextOutboxItemCounted() -> (item: OutboxItem, framesLeft: Int)? {
+        machine.withLockedValue { machine in machine.nextItem().map { ($0, machine.bufferedFrames) } }
+    }
+
     /// Worker side: opens the pipeline if needed, carries out a pending seek, and encodes frames
     /// until `lead` are buffered (`passthroughLead` while packets pass through: they cost a few
     /// hundred bytes each and nothing to take back, so a deeper lead buys slack for nothing).

@@ -14,6 +14,10 @@ struct SessionTick {
     var failed: APIError?
     /// The play ended (ran out, failed): it is off the session, to be closed.
     var ended: Playback?
+    /// A transcoded frame went out, and whether it was the last one encoded ahead: the refill
+    /// asked for a tick ago had not come back (nearly late; the load governor reads these).
+    var transcoded = false
+    var tight = false
 }
 
 extension EngineSession {
@@ -38,7 +42,7 @@ extension EngineSession {
         }
         if playing == .streaming && playStarted { outcome.counted.deficit = lateTicks }
         while true {
-            guard let head = playback.nextOutboxItem() else {
+            guard let (head, framesLeft) = playback.nextOutboxItemCounted() else {
                 if machine.state == .streaming && playStarted { outcome.counted.nulled += 1 }
                 break
             }
@@ -48,6 +52,10 @@ extension EngineSession {
                 continue  // a marker: the frame, if any, follows it in this tick
             case .frame(let packet, let passthrough, let sourceMicros, _):
                 if batch.append(packet, for: id) { outcome.counted.sent = 1 } else { outcome.counted.nulled = 1 }
+                if !passthrough {
+                    outcome.transcoded = true
+                    outcome.tight = framesLeft == 0
+                }
                 sent(id, passthrough: passthrough, sourceMicros: sourceMicros, progressInterval: progressInterval, into: &batch)
             case .end(let reason, let error):
                 outcome.failed = ended(id, playback, reason: reason, error: error, into: &batch)

@@ -163,11 +163,13 @@ struct EngineSession {
     }
 
     /// What the control API and `/sessions` show of the session.
-    func info(_ id: SessionID) -> SessionInfo {
+    /// The session as the API shows it; `complexity` is what transcoding sessions encode at now.
+    func info(_ id: SessionID, complexity: Int32) -> SessionInfo {
         SessionInfo(
             sessionID: id, state: machine.state, playID: machine.playID, url: url, title: title,
             thumbnail: metadata?.thumbnail, durationMS: durationMS, positionMS: positionMS, volume: volume,
             passthrough: passthrough, frames: counters, filters: filters.isEmpty ? nil : filters, normalize: normalize,
-            startAtMS: startAtMS)
+            startAtMS: startAtMS,
+            complexity: playback != nil && !passthrough && machine.state == .streaming ? Int(complexity) : nil)
     }
 }

@@ -22,6 +22,7 @@ extension SessionManager {
             state.pendingEvents.removeAll(keepingCapacity: true)
             state.ticks += 1
             var tickTotals = FrameCounters()
+            var transcoded: UInt64 = 0, tight: UInt64 = 0
             // Walked by index, in place: `indices` would hold a second reference to the table, so
             // the first update copied every session (profiled: a retain per field per session
             // per tick), and reading `values[index]` would copy one session.
@@ -33,6 +34,8 @@ extension SessionManager {
                 let tick = state.sessions.values[index].tick(
                     id, into: &batch, lateTicks: lateTicks, progressInterval: configuration.progressInterval, wallMS: wallMS)
                 tickTotals.add(tick.counted)
+                if tick.transcoded { transcoded += 1 }
+                if tick.tight { tight += 1 }
                 if let ended = tick.ended {
                     retired.append(ended)
                     if let error = tick.failed { failed(id, ended, error) }
@@ -41,6 +44,8 @@ extension SessionManager {
                 }
             }
             state.totals.add(tickTotals)
+            state.transcodedFrames &+= transcoded
+            state.tightFrames &+= tight
             if tickTotals.sent > 0 { metrics.framesSent.increment(by: Int64(tickTotals.sent)) }
             if tickTotals.nulled > 0 { metrics.framesNulled.increment(by: Int64(tickTotals.nulled)) }
             if tickTotals.deficit > 0 { metrics.framesDeficit.increment(by: Int64(tickTotals.deficit)) }

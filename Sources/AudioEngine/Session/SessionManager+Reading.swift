@@ -9,7 +9,7 @@ extension SessionManager {
     func info(sessionID: SessionID) throws(APIError) -> SessionInfo {
         try state.withLock { state throws(APIError) -> SessionInfo in
             guard let session = state.sessions[sessionID] else { throw Self.unknown(sessionID) }
-            return session.info(sessionID)
+            return session.info(sessionID, complexity: render.complexity)
         }
     }
 
@@ -20,12 +20,13 @@ extension SessionManager {
     /// listing of thousands of sessions never holds the pacer's tick for longer than its own work.
     func list() -> [SessionInfo] {
         let ids = state.withLock { Array($0.sessions.keys) }
+        let complexity = render.complexity
         var infos: [(key: String, info: SessionInfo)] = []
         infos.reserveCapacity(ids.count)
         for start in stride(from: 0, to: ids.count, by: Self.listChunk) {
             let chunk = ids[start..<min(start + Self.listChunk, ids.count)]
             let listed = state.withLock { state in
-                chunk.compactMap { id in state.sessions[id].map { $0.info(id) } }
+                chunk.compactMap { id in state.sessions[id].map { $0.info(id, complexity: complexity) } }
             }
             for info in listed { infos.append((info.sessionID.description, info)) }
         }
@@ -33,6 +34,52 @@ extension SessionManager {
     }
 
     var totals: FrameCounters { state.withLock { $0.totals } }
+
+    /// What the load governor reads: plays by kind now, and its frame counters so far.
+    struct LoadCounts {
+        var transcoding = 0
+        var passthrough = 0
+        var tight: UInt64 = 0
+        var late: UInt64 = 0
+        var transcodedFrames: UInt64 = 0
+    }
+
+    func loadCounts() -> LoadCounts {
+        state.withLock { state in
+            let plays = Self.playCounts(state)
+            return LoadCounts(
+                transcoding: plays.transcoding, passthrough: plays.passthrough, tight: state.tightFrames,
+                late: state.totals.nulled &+ state.totals.deficit, transcodedFrames: state.transcodedFrames)
+        }
+    }
+
+    /// Plays being heard or opening, by kind: one not yet open counts as transcoding (what it
+    /// costs is not known until it is); a paused one costs nothing and is not counted.
+    static func playCounts(_ state: State) -> (transcoding: Int, passthrough: Int) {
+        var transcoding = 0, passthrough = 0
+        for session in state.sessions.values where session.playback != nil && session.machine.state != .paused {
+            if session.passthrough && session.playStarted { passthrough += 1 } else { transcoding += 1 }
+        }
+        return (transcoding, passthrough)
+    }
+
+    /// The engine's load report, with the live counts.
+    func loadReport() -> LoadReport {
+        let counts = state.withLock { Self.playCounts($0) }
+        return load.report(transcoding: counts.transcoding, passthrough: counts.passthrough)
+    }
+
+    /// Queues an engine event for the next tick.
+    func enqueue(_ event: WireEvent) {
+        state.withLock { $0.pendingEvents.append(event) }
+    }
+
+    /// Seconds on the monotonic clock (what the load governor times its steps by).
+    static func monotonicSeconds() -> Double {
+        let now = ContinuousClock.now - Self.epoch
+        return Double(now.components.seconds) + Double(now.components.attoseconds) / 1e18
+    }
+    private static let epoch = ContinuousClock.now
 
     /// Session counts by state.
     var countsByState: [SessionState: Int] {

@@ -22,6 +22,9 @@ package final class SessionManager: Sendable {
         var totals = FrameCounters()
         var ticks: UInt64 = 0
         var sessionsCreated: UInt64 = 0
+        /// Transcoded frames sent, and those that were the last encoded ahead (nearly late).
+        var transcodedFrames: UInt64 = 0
+        var tightFrames: UInt64 = 0
     }
 
     let state = Mutex(State())
@@ -33,18 +36,22 @@ package final class SessionManager: Sendable {
     let metrics: EngineMetrics
     /// The complexity in force and the loudness remembered, read by every play's renderer.
     let render: RenderContext
+    /// What the engine can still take: plays are admitted or refused here, and the complexity set.
+    let load: LoadControl
     /// Where a play's source is resolved and opened.
     private let sources: SourceOpener
 
     package init(
         resolver: SourceResolver, configuration: PlaybackConfiguration, workers: NIOThreadPool,
         openers: NIOThreadPool? = nil, background: BackgroundTasks = BackgroundTasks(),
-        metrics: EngineMetrics = EngineMetrics(), logger: Logger
+        metrics: EngineMetrics = EngineMetrics(), load: LoadGovernor.Settings? = nil, logger: Logger
     ) {
         self.metrics = metrics
         self.resolver = resolver
         self.configuration = configuration
-        render = RenderContext(complexity: configuration.encoder.complexity)
+        let render = RenderContext(complexity: configuration.encoder.complexity)
+        self.render = render
+        self.load = load.map { LoadControl(settings: $0, render: render, metrics: metrics) } ?? .unlimited(render: render)
         let fills = FillScheduler(
             workers: workers, openers: openers ?? workers, configuration: configuration, metrics: metrics,
             network: resolver.network, render: render)
@@ -63,6 +70,9 @@ package final class SessionManager: Sendable {
         guard (0...MediaTime.maxMS).contains(startMS) else {
             throw .badRequest("invalid_position", "\"start_ms\" must be from 0 to \(MediaTime.maxMS), got \(startMS)")
         }
+        guard sessionID != .engine else {
+            throw .badRequest("invalid_session_id", "\"\(SessionID.engine)\" is the id of the engine's own events, not a session's")
+        }
         // A moment further ahead than a hand-over ever sets counts as that far: a play never
         // holds its session for longer.
         let startAtMS = startAtMS.map { min($0, MediaTime.sum(Self.wallClockMS(), HandOverPoint.maxLeadMS)) }
@@ -78,6 +88,11 @@ package final class SessionManager: Sendable {
                 throw APIError(
                     status: .serviceUnavailable, code: "pool_exhausted",
                     message: "all \(configuration.maxSessions) sessions are in use; stop one or try again later")
+            }
+            // A play that replaces the session's own takes nothing more; a new one must fit.
+            if state.sessions[sessionID]?.machine.hasActivePlay != true {
+                let counts = Self.playCounts(state)
+                try load.admit(transcoding: counts.transcoding, passthrough: counts.passthrough, now: Self.monotonicSeconds())
             }
             var session = state.sessions[sessionID] ?? newSession(&state)
             if let volume { session.volume = volume }
@@ -280,7 +295,7 @@ package final class SessionManager: Sendable {
             guard var session = state.sessions[sessionID] else { throw Self.unknown(sessionID) }
             change(&session, &state)
             state.sessions[sessionID] = session
-            return (session.info(sessionID), session.playback)
+            return (session.info(sessionID, complexity: render.complexity), session.playback)
         }
         if let playback, let claim = playback.claimOrTakeOverFill() { fills.schedule(claimed: [(playback, claim)], on: .openers) }
         return info
@@ -336,7 +351,7 @@ package final class SessionManager: Sendable {
             session.lastChange = .now
             state.sessions[id] = session
             state.pendingEvents.append(event)
-            return session.info(id)
+            return session.info(id, complexity: render.complexity)
         }
     }
 

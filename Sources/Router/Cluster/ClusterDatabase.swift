@@ -24,6 +24,8 @@ struct ClusterDatabase: Sendable {
         var load: Double
         var lateFrames: Int
         var draining: Bool
+        /// Whether its engine takes new plays (its load report says `admitting`).
+        var admitting = true
     }
 
     /// A session row's ownership.
@@ -67,6 +69,9 @@ struct ClusterDatabase: Sendable {
                 // When the owner last renewed: a session taken over played on until about then.
                 try await connection.query(
                     "ALTER TABLE tonearm_session ADD COLUMN IF NOT EXISTS renewed_at timestamptz", logger: logger)
+                // Whether the pair's engine takes new plays (its load report): placement tries the others first.
+                try await connection.query(
+                    "ALTER TABLE tonearm_pair ADD COLUMN IF NOT EXISTS admitting boolean NOT NULL DEFAULT true", logger: logger)
             } catch {
                 _ = try? await connection.query("SELECT pg_advisory_unlock(74661)", logger: logger)
                 throw error
@@ -78,14 +83,16 @@ struct ClusterDatabase: Sendable {
     // MARK: Pairs
 
     /// This pair's heartbeat: it is alive, where it answers, and what it carries.
-    func heartbeat(address: String, sessions: Int, maxSessions: Int, load: Double, lateFrames: Int, draining: Bool) async throws {
+    func heartbeat(
+        address: String, sessions: Int, maxSessions: Int, load: Double, lateFrames: Int, draining: Bool, admitting: Bool = true
+    ) async throws {
         try await client.query(
             """
-            INSERT INTO tonearm_pair (id, address, seen_at, sessions, max_sessions, load, late_frames, draining)
-            VALUES (\(pairID), \(address), clock_timestamp(), \(sessions), \(maxSessions), \(load), \(lateFrames), \(draining))
+            INSERT INTO tonearm_pair (id, address, seen_at, sessions, max_sessions, load, late_frames, draining, admitting)
+            VALUES (\(pairID), \(address), clock_timestamp(), \(sessions), \(maxSessions), \(load), \(lateFrames), \(draining), \(admitting))
             ON CONFLICT (id) DO UPDATE SET address = excluded.address, seen_at = excluded.seen_at,
                 sessions = excluded.sessions, max_sessions = excluded.max_sessions, load = excluded.load,
-                late_frames = excluded.late_frames, draining = excluded.draining
+                late_frames = excluded.late_frames, draining = excluded.draining, admitting = excluded.admitting
             """, logger: logger)
     }
 
@@ -97,15 +104,18 @@ struct ClusterDatabase: Sendable {
             """
             SELECT p.id, p.address,
                 (SELECT count(*)::integer FROM tonearm_session s WHERE s.owner = p.id AND s.lease_until > clock_timestamp()),
-                p.max_sessions, p.load, p.late_frames, p.draining
+                p.max_sessions, p.load, p.late_frames, p.draining, p.admitting
             FROM tonearm_pair p
             WHERE p.seen_at > clock_timestamp() - make_interval(secs => \(seconds))
             """, logger: logger)
         var pairs: [Pair] = []
-        for try await (id, address, sessions, maxSessions, load, late, draining) in rows.decode(
-            (String, String, Int, Int, Double, Int, Bool).self)
+        for try await (id, address, sessions, maxSessions, load, late, draining, admitting) in rows.decode(
+            (String, String, Int, Int, Double, Int, Bool, Bool).self)
         {
-            pairs.append(Pair(id: id, address: address, sessions: sessions, maxSessions: maxSessions, load: load, lateFrames: late, draining: draining))
+            pairs.append(
+                Pair(
+                    id: id, address: address, sessions: sessions, maxSessions: maxSessions, load: load, lateFrames: late,
+                    draining: draining, admitting: admitting))
         }
         return pairs
     }

@@ -69,6 +69,18 @@ final class ClusterMember: Service, Sendable {
     }
 
     func attach(_ directory: SessionDirectory) { directoryBox.withLock { $0 = directory } }
+
+    /// Where the engine's last load report is read for the heartbeat.
+    private let loadReader = Mutex<(@Sendable () -> LoadReport?)?>(nil)
+    func readLoad(from reader: @escaping @Sendable () -> LoadReport?) { loadReader.withLock { $0 = reader } }
+
+    /// What the heartbeat says of this pair's load: the engine's CPU against its budget (else the
+    /// host's load per core), its late frames over the last minute, and whether it takes new plays.
+    private var heartbeatLoad: (load: Double, lateFrames: Int, admitting: Bool) {
+        guard let report = loadReader.withLock({ $0 })?() else { return (LoadScore.hostLoad(), 0, true) }
+        let load = report.budgetCores > 0 ? report.cpuCores / report.budgetCores : LoadScore.hostLoad()
+        return (load, Int(clamping: report.lateFramesPerMinute), report.admitting)
+    }
     private var directory: SessionDirectory? { directoryBox.withLock { $0 } }
 
     /// The epoch this pair owns `id` at, if it owns it and is not fenced.
@@ -201,9 +213,10 @@ final class ClusterMember: Service, Sendable {
     @discardableResult
     func handOver() async -> Int {
         state.withLock { $0.draining = true }
+        let load = heartbeatLoad
         try? await database.heartbeat(
-            address: settings.address, sessions: ownedCount, maxSessions: settings.maxSessions, load: LoadScore.hostLoad(),
-            lateFrames: 0, draining: true)
+            address: settings.address, sessions: ownedCount, maxSessions: settings.maxSessions, load: load.load,
+            lateFrames: load.lateFrames, draining: true, admitting: load.admitting)
         let pairs = ((try? await database.livePairs(within: settings.pairTimeout)) ?? []).filter { $0.id != settings.pairID }
         let owned = state.withLock { $0.owned }
         let moving = await scheduleMoves(Array(owned.keys), to: pairs)
@@ -415,9 +428,10 @@ final class ClusterMember: Service, Sendable {
 
     private func renewAndScan() async throws {
         let sent = ContinuousClock.now
+        let load = heartbeatLoad
         try await database.heartbeat(
             address: settings.address, sessions: ownedCount, maxSessions: settings.maxSessions,
-            load: LoadScore.hostLoad(), lateFrames: 0, draining: isDraining)
+            load: load.load, lateFrames: load.lateFrames, draining: isDraining, admitting: load.admitting)
         let renewed = try await database.renew(lease: settings.lease)
         let (lost, gained) = state.withLock { state -> ([SessionID], [(SessionID, Int64)]) in
             state.renewedAt = sent

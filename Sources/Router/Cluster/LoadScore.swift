@@ -14,8 +14,12 @@ enum LoadScore {
     /// made at once see the same counts), so ties go by a hash of the session and the pair
     /// (rendezvous hashing): every pair picks the same one for a session, and sessions placed at
     /// once spread over the tied pairs instead of all going to the first by name.
+    /// A pair whose engine refuses new plays (`engine_full` in its load report) gets one only
+    /// when every pair does.
     static func best(of pairs: [ClusterDatabase.Pair], for session: String) -> ClusterDatabase.Pair? {
-        pairs.filter { !$0.draining && $0.sessions < $0.maxSessions }
+        let open = pairs.filter { !$0.draining && $0.sessions < $0.maxSessions }
+        let admitting = open.filter(\.admitting)
+        return (admitting.isEmpty ? open : admitting)
             .min { (score($0), rank(session, $0.id)) < (score($1), rank(session, $1.id)) }
     }
 

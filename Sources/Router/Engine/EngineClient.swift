@@ -146,6 +146,13 @@ struct EngineClient: EngineControl {
         let data = Data(reply.body.readableBytesView)
         guard (200..<300).contains(reply.status) else {
             let body = try? JSONDecoder().decode(ErrorBody.self, from: data)
+            if body?.code == "engine_full" {
+                throw APIError(
+                    status: .serviceUnavailable, code: "engine_full",
+                    message: "this server is playing as much as it can carry right now; try again in "
+                        + "\(reply.retryAfterSeconds ?? 5) s (the audio engine: \(body?.message ?? "full"))",
+                    retryAfterSeconds: reply.retryAfterSeconds ?? 5)
+            }
             throw APIError(
                 status: .init(code: reply.status), code: body?.code ?? "engine_error",
                 message: body?.message ?? "the audio engine answered \(reply.status)", retryAfterSeconds: reply.retryAfterSeconds)

@@ -22,8 +22,10 @@ struct OperationsRoutes {
             var connects: UInt64
             var protocolErrors: UInt64
             var lastError: String?
+            /// The engine's last load report (its `load` event).
+            var load: LoadReport?
             enum CodingKeys: String, CodingKey {
-                case connected, connects
+                case connected, connects, load
                 case protocolErrors = "protocol_errors"
                 case lastError = "last_error"
             }
@@ -88,7 +90,7 @@ struct OperationsRoutes {
                 status: status.connected && stored.ok && membership?.ok != false ? "ok" : "degraded", uptimeSeconds: Date().timeIntervalSince(startedAt),
                 engine: .init(
                     connected: status.connected, connects: status.connects, protocolErrors: status.protocolErrors,
-                    lastError: status.lastError),
+                    lastError: status.lastError, load: store.engineLoad),
                 storage: .init(ok: stored.ok, unsavedSessions: stored.unsaved, failures: stored.failures, lastError: stored.error),
                 activeSessions: store.sessionCount, activeClients: store.clientCount,
                 clients: Dictionary(uniqueKeysWithValues: store.clientsByKind.map { ($0.key.rawValue, $0.value) }),

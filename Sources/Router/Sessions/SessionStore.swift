@@ -106,6 +106,10 @@ package final class SessionStore: Sendable {
     func newWindow() -> SlowClientWindow { SlowClientWindow(frames: slowWindowFrames, dropLimit: slowDropLimit) }
 
     /// Every event routed from now on is also yielded here (to the session controllers).
+    /// The engine's last `load` report (every 10 s and on a change), nil until one came.
+    private let lastLoad = Mutex<LoadReport?>(nil)
+    var engineLoad: LoadReport? { lastLoad.withLock { $0 } }
+
     func forwardEvents(to continuation: AsyncStream<WireEvent>.Continuation) {
         eventSink.withLock { $0 = continuation }
     }
@@ -274,6 +278,9 @@ package final class SessionStore: Sendable {
         switch message {
         case .audio(let packet):
             publish(packet.sessionID, .audio(packet.payload), event: nil)
+        case .event(let event, _) where event.type == .load:
+            // The engine's own: no session's subscribers get it.
+            lastLoad.withLock { $0 = event.load }
         case .event(let event, let line):
             // Passed on as the engine wrote it: the Router changes nothing in an engine event.
             publish(event.sessionID, .event(line), event: event)

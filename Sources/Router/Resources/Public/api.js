@@ -31,6 +31,7 @@ export function explain(error) {
     unresolvable: "Nothing playable was found at that address.",
     resolver_unavailable: "Links to web pages cannot be opened right now (yt-dlp is missing on the server).",
     pool_exhausted: "The server is playing for too many people right now. Try again in a minute.",
+    engine_full: "The server is playing as much as it can carry right now. Try again in a few seconds.",
     engine_unavailable: "The audio engine is not running right now. Try again in a few seconds.",
     engine_restarted: "The audio engine restarted. Press play to continue.",
     missing_url: "Type a file name, a link or something to search for first.",

@@ -1,0 +1,107 @@
+// The load governor behind a lock, and what carries its decisions out: the complexity every
+// play's renderer reads, the metrics, the refusals, and the report `/health` and the `load`
+// event give.
+import CoreMetrics
+import EngineAPI
+import HTTPTypes
+import ServiceSupport
+import Synchronization
+import WireProtocol
+
+/// Shared by the manager (admission, inside its lock) and the monitor (once a second).
+final class LoadControl: Sendable {
+    /// What a sample window adds up, kept for the report's per-minute figures.
+    private struct Minute {
+        var late = [UInt64](repeating: 0, count: 60)
+        var tight = [UInt64](repeating: 0, count: 60)
+        var index = 0
+    }
+
+    private let governor: Mutex<LoadGovernor>
+    private let minute = Mutex(Minute())
+    private let refused = Atomic<UInt64>(0)
+    let render: RenderContext
+    let configuredComplexity: Int32
+    private let metrics: EngineMetrics?
+
+    init(settings: LoadGovernor.Settings, render: RenderContext, metrics: EngineMetrics? = nil) {
+        governor = Mutex(LoadGovernor(settings: settings))
+        self.render = render
+        configuredComplexity = settings.ladder.first ?? render.complexity
+        self.metrics = metrics
+        render.complexity = configuredComplexity
+        metrics?.opusComplexity.record(Int(configuredComplexity))
+        metrics?.cpuBudget.record(settings.budgetCores)
+    }
+
+    /// No budget: every play is taken and the complexity never moves.
+    static func unlimited(render: RenderContext) -> LoadControl {
+        LoadControl(settings: .init(budgetCores: 0, ladder: [render.complexity], transcodePrior: 0), render: render)
+    }
+
+    var settings: LoadGovernor.Settings { governor.withLock { $0.settings } }
+
+    /// Takes one more play beside `transcoding` and `passthrough` others, or refuses it with
+    /// `503 engine_full`; a play that fits only a step lower takes that step now.
+    func admit(transcoding: Int, passthrough: Int, now: Double) throws(APIError) {
+        let (decision, change, complexity) = governor.withLock { governor in
+            let decision = governor.admission(transcoding: transcoding, passthrough: passthrough)
+            var change: LoadGovernor.Change?
+            if case .admitStepDown(let lower) = decision { change = governor.stepDown(to: lower, at: now) }
+            return (decision, change, governor.lowestComplexity)
+        }
+        if let change { apply(change) }
+        guard case .refuse(let retryAfter) = decision else { return }
+        refused.add(1, ordering: .relaxed)
+        metrics?.admissionRefusals.increment()
+        throw APIError(
+            status: .serviceUnavailable, code: "engine_full",
+            message: "the audio engine is at its CPU budget: \(transcoding) sessions transcode, even at Opus complexity "
+                + "\(complexity) one more would make every session late; try again later or on another engine",
+            retryAfterSeconds: retryAfter)
+    }
+
+    /// One second of the engine; carries out what the governor decides. True: the complexity changed.
+    @discardableResult
+    func observe(_ sample: LoadGovernor.Sample) -> Bool {
+        minute.withLock { minute in
+            minute.late[minute.index] = sample.late
+            minute.tight[minute.index] = sample.tight
+            minute.index = (minute.index + 1) % minute.late.count
+        }
+        let change = governor.withLock { $0.observe(sample) }
+        metrics?.cpuUsed.record(sample.cpu)
+        guard let change else { return false }
+        apply(change)
+        return true
+    }
+
+    private func apply(_ change: LoadGovernor.Change) {
+        switch change {
+        case .complexity(let complexity):
+            render.complexity = complexity
+            metrics?.opusComplexity.record(Int(complexity))
+        }
+    }
+
+    /// The report, with the live counts.
+    func report(transcoding: Int, passthrough: Int) -> LoadReport {
+        let (governor, minute) = (governor.withLock { $0 }, minute.withLock { $0 })
+        let admitting: Bool
+        if case .refuse = governor.admission(transcoding: transcoding, passthrough: passthrough) {
+            admitting = false
+        } else {
+            admitting = true
+        }
+        let headroom = governor.headroom(transcoding: transcoding, passthrough: passthrough)
+        return LoadReport(
+            budgetCores: governor.settings.budgetCores, cpuCores: governor.last?.cpu ?? 0, transcoding: transcoding,
+            passthrough: passthrough, headroomSessions: min(headroom, 1_000_000), complexity: Int(governor.complexity),
+            configuredComplexity: Int(configuredComplexity), lateFramesPerMinute: minute.late.reduce(0, &+),
+            tightFramesPerMinute: minute.tight.reduce(0, &+), admitting: admitting,
+            refusals: refused.load(ordering: .relaxed))
+    }
+
+    /// Cores one transcoding session is taken to cost now (the report's and the logs' figure).
+    var transcodeCost: Double { governor.withLock { $0.transcodeCost(at: $0.complexity) } }
+}

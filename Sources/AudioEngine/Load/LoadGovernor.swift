@@ -1,0 +1,180 @@
+// What the engine can still take, as a value: each second the monitor gives it what the last
+// second cost (the engine's CPU, its sessions by kind, frames that were late or nearly so), and
+// it keeps an estimate of what one session of each kind costs, lowers the Opus complexity of
+// transcoding sessions a step when the slack runs short and raises it again when there is room,
+// and answers whether one more play fits. It holds no clock and does no I/O: the monitor and the
+// manager carry its decisions out.
+
+/// The engine's load governor.
+package struct LoadGovernor: Sendable {
+    package struct Settings: Sendable, Equatable {
+        /// CPU the engine may use for its sessions, in cores (its cores × `TONEARM_CPU_BUDGET`);
+        /// 0: no admission and no degradation.
+        var budgetCores: Double
+        /// The complexities transcoding sessions step through under load, highest first: the
+        /// configured one, then each lower step down to `TONEARM_MIN_COMPLEXITY`.
+        var ladder: [Int32]
+        /// What one transcoding session is taken to cost (cores) until it has been measured: the
+        /// engine times libopus at start-up.
+        var transcodePrior: Double
+        /// Seconds between two steps down (a step's saving shows in the next second's CPU).
+        var stepDownSeconds = 2.0
+        /// Seconds of room (no late or tight frames, CPU low enough for the step above) before a step up.
+        var stepUpSeconds = 10.0
+
+        var enabled: Bool { budgetCores > 0 }
+    }
+
+    /// One second of the engine, as the monitor measured it.
+    struct Sample: Sendable, Equatable {
+        /// Seconds since some fixed moment (the monitor's clock).
+        var at: Double
+        /// Cores the engine used over the second.
+        var cpu: Double
+        /// Plays being heard that transcode (or are still opening), and that pass packets through.
+        var transcoding: Int
+        var passthrough: Int
+        /// The same counts at the start of the second: an estimate is only taken from a steady second.
+        var transcodingBefore: Int
+        var passthroughBefore: Int
+        /// Deadlines a transcoding session met with its last frame ahead (the refill since the
+        /// tick before had not come back: nearly late), and frames late (nulled or deficit).
+        var tight: UInt64
+        var late: UInt64
+        /// Frames sent by transcoding sessions over the second.
+        var transcodedFrames: UInt64
+    }
+
+    /// What the governor answers to one more play.
+    enum Admission: Equatable {
+        case admit
+        /// It fits once transcoding sessions encode lower: admitted, and the steps down to the
+        /// ladder's `step` are taken now.
+        case admitStepDown(to: Int)
+        /// It does not fit even at the lowest complexity allowed.
+        case refuse(retryAfterSeconds: Int)
+    }
+
+    /// What the governor asks of the engine after a sample.
+    enum Change: Equatable {
+        case complexity(Int32)
+    }
+
+    /// The relative cost of a whole transcoding session (decode, resample, encode, pace) at each
+    /// complexity, to the same session at 10: libopus is about three quarters of a session
+    /// (docs/benchmarks.md, the profile) and its own cost at each step is the ffmpeg CLI's
+    /// (§ Opus complexity: what each step costs). Used until a step has been measured itself.
+    static let relativeCost: [Int32: Double] = [
+        10: 1.0, 9: 1.0, 8: 1.0, 7: 0.89, 6: 0.80, 5: 0.77, 4: 0.72, 3: 0.71, 2: 0.73, 1: 0.68, 0: 0.60,
+    ]
+
+    let settings: Settings
+    /// Where on the ladder transcoding sessions are now.
+    private(set) var step = 0
+    /// Cores per transcoding session, measured, by complexity.
+    private(set) var measured: [Int32: Double] = [:]
+    /// Cores per passed-through session, and the engine's own with nothing playing.
+    private(set) var passthroughCost = 0.0004
+    private(set) var baseCost = 0.01
+    /// When the complexity last changed, and when the slack last ran short.
+    private var changedAt = -Double.infinity
+    private var pressureAt = -Double.infinity
+    /// The last sample, for the load report.
+    private(set) var last: Sample?
+
+    init(settings: Settings) {
+        self.settings = settings
+    }
+
+    var complexity: Int32 { settings.ladder.isEmpty ? 10 : settings.ladder[step] }
+    var lowestComplexity: Int32 { settings.ladder.last ?? 10 }
+
+    /// Cores one transcoding session costs at `complexity`: measured there, else scaled from the
+    /// step measured nearest, else the prior scaled.
+    func transcodeCost(at complexity: Int32) -> Double {
+        if let cost = measured[complexity] { return cost }
+        let relative = Self.relativeCost[complexity] ?? 1
+        let known = measured.min { abs($0.key - complexity) < abs($1.key - complexity) }
+        if let (at, cost) = known { return cost * relative / (Self.relativeCost[at] ?? 1) }
+        return settings.transcodePrior * relative
+    }
+
+    /// What the engine's sessions would cost with `transcoding` and `passthrough` plays at `complexity`.
+    func predicted(transcoding: Int, passthrough: Int, at complexity: Int32) -> Double {
+        baseCost + Double(passthrough) * passthroughCost + Double(transcoding) * transcodeCost(at: complexity)
+    }
+
+    /// Whether one more play fits beside `transcoding` and `passthrough` (live counts; a play
+    /// not yet open counts as transcoding). A new play is taken to transcode until it is open.
+    func admission(transcoding: Int, passthrough: Int) -> Admission {
+        guard settings.enabled else { return .admit }
+        if predicted(transcoding: transcoding + 1, passthrough: passthrough, at: complexity) <= settings.budgetCores {
+            return .admit
+        }
+        for lower in settings.ladder.indices.dropFirst(step + 1)
+        where predicted(transcoding: transcoding + 1, passthrough: passthrough, at: settings.ladder[lower]) <= settings.budgetCores {
+            return .admitStepDown(to: lower)
+        }
+        return .refuse(retryAfterSeconds: 5)
+    }
+
+    /// How many more transcoding plays fit now, at the lowest complexity allowed.
+    func headroom(transcoding: Int, passthrough: Int) -> Int {
+        guard settings.enabled else { return Int.max }
+        let free = settings.budgetCores - predicted(transcoding: transcoding, passthrough: passthrough, at: lowestComplexity)
+        let each = transcodeCost(at: lowestComplexity)
+        guard free > 0, each > 0 else { return 0 }
+        return Int(min(free / each, Double(Int32.max)))
+    }
+
+    /// Takes the steps down an admission asked for (one by default), at `now`.
+    mutating func stepDown(to lower: Int? = nil, at now: Double) -> Change? {
+        let target = min(lower ?? step + 1, settings.ladder.count - 1)
+        guard target > step else { return nil }
+        step = target
+        changedAt = now
+        pressureAt = now
+        return .complexity(complexity)
+    }
+
+    /// Learns from one second, and says what should change.
+    mutating func observe(_ sample: Sample) -> Change? {
+        last = sample
+        learn(from: sample)
+        guard settings.enabled, settings.ladder.count > 1 else { return nil }
+        let framesDue = max(sample.transcodedFrames, 1)
+        let short = sample.late > 0 || Double(sample.tight) > 0.02 * Double(framesDue) || sample.cpu > settings.budgetCores
+        if short { pressureAt = sample.at }
+        if short, sample.at - changedAt >= settings.stepDownSeconds {
+            return stepDown(at: sample.at)
+        }
+        // A step up only when the step above would still leave a tenth of the budget free, and
+        // the slack has been there for a while.
+        guard step > 0, sample.at - pressureAt >= settings.stepUpSeconds, sample.at - changedAt >= settings.stepUpSeconds
+        else { return nil }
+        let above = settings.ladder[step - 1]
+        let then = predicted(transcoding: sample.transcoding, passthrough: sample.passthrough, at: above)
+        guard then <= 0.9 * settings.budgetCores, Double(sample.tight) <= 0.005 * Double(framesDue) else { return nil }
+        step -= 1
+        changedAt = sample.at
+        return .complexity(complexity)
+    }
+
+    /// Updates the cost estimates from a steady second: the engine alone when nothing plays,
+    /// passed-through sessions when only they play, transcoding ones from what is left.
+    private mutating func learn(from sample: Sample) {
+        let steady = sample.transcoding == sample.transcodingBefore && sample.passthrough == sample.passthroughBefore
+        guard steady, sample.cpu.isFinite, sample.cpu >= 0 else { return }
+        if sample.transcoding == 0 && sample.passthrough == 0 {
+            baseCost = Self.blend(baseCost, sample.cpu)
+        } else if sample.transcoding == 0 && sample.passthrough >= 50 {
+            passthroughCost = Self.blend(passthroughCost, max(sample.cpu - baseCost, 0) / Double(sample.passthrough))
+        } else if sample.transcoding >= 4 {
+            let rest = sample.cpu - baseCost - Double(sample.passthrough) * passthroughCost
+            let each = max(rest, 0) / Double(sample.transcoding)
+            measured[complexity] = measured[complexity].map { Self.blend($0, each) } ?? each
+        }
+    }
+
+    private static func blend(_ old: Double, _ new: Double) -> Double { 0.7 * old + 0.3 * new }
+}

@@ -1,0 +1,65 @@
+// Once a second: what the engine's CPU and its sessions did, into the load governor; every 10 s
+// (and when the complexity changes) a `load` event on the wire with the report.
+import CoreMetrics
+import EngineAPI
+import Foundation
+import Logging
+import ServiceLifecycle
+import ServiceSupport
+import WireProtocol
+
+/// Measures the engine for its load governor while the service runs.
+struct LoadMonitor: Service {
+    let manager: SessionManager
+    let control: LoadControl
+    var interval: Duration = .seconds(1)
+    /// Samples between two `load` events.
+    var eventEvery = 10
+    let logger: Logger
+
+    func run() async throws {
+        let clock = ContinuousClock()
+        var previous = manager.loadCounts()
+        var previousCPU = ResourceUsage.cpuSeconds()
+        var previousAt = clock.now
+        var samples = 0
+        while !Task.isCancelled && !Task.isShuttingDownGracefully {
+            try? await Task.sleep(for: interval)
+            guard !Task.isCancelled && !Task.isShuttingDownGracefully else { break }
+            let now = clock.now
+            let counts = manager.loadCounts()
+            let cpu = ResourceUsage.cpuSeconds()
+            let seconds = Self.seconds(now - previousAt)
+            guard seconds > 0 else { continue }
+            let sample = LoadGovernor.Sample(
+                at: SessionManager.monotonicSeconds(), cpu: (cpu - previousCPU) / seconds, transcoding: counts.transcoding,
+                passthrough: counts.passthrough, transcodingBefore: previous.transcoding,
+                passthroughBefore: previous.passthrough, tight: counts.tight &- previous.tight,
+                late: counts.late &- previous.late, transcodedFrames: counts.transcodedFrames &- previous.transcodedFrames)
+            previous = counts
+            previousCPU = cpu
+            previousAt = now
+            samples += 1
+            let changed = control.observe(sample)
+            let report = control.report(transcoding: counts.transcoding, passthrough: counts.passthrough)
+            manager.metrics.playsByKind["transcoding"]?.record(counts.transcoding)
+            manager.metrics.playsByKind["passthrough"]?.record(counts.passthrough)
+            manager.metrics.headroom.record(report.headroomSessions)
+            if changed {
+                logger.notice(
+                    "opus complexity changed",
+                    metadata: [
+                        "complexity": "\(report.complexity)", "cpu.cores": "\(sample.cpu)",
+                        "transcoding": "\(counts.transcoding)", "late": "\(sample.late)", "tight": "\(sample.tight)",
+                    ])
+            }
+            if changed || samples % max(eventEvery, 1) == 0 {
+                manager.enqueue(WireEvent(type: .load, sessionID: .engine, load: report))
+            }
+        }
+    }
+
+    private static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+    }
+}

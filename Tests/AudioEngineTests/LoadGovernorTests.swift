@@ -1,0 +1,86 @@
+import Testing
+
+@testable import AudioEngine
+
+/// The load governor as a value: admission, the complexity steps, and what it learns.
+@Suite struct LoadGovernorTests {
+    /// 1.5 cores, sessions taken to cost 1 % of a core at complexity 10, the engine 0.01 alone.
+    static let settings = LoadGovernor.Settings(budgetCores: 1.5, ladder: [10, 7, 5], transcodePrior: 0.01)
+
+    static func sample(
+        at: Double, cpu: Double, transcoding: Int, passthrough: Int = 0, tight: UInt64 = 0, late: UInt64 = 0
+    ) -> LoadGovernor.Sample {
+        LoadGovernor.Sample(
+            at: at, cpu: cpu, transcoding: transcoding, passthrough: passthrough, transcodingBefore: transcoding,
+            passthroughBefore: passthrough, tight: tight, late: late, transcodedFrames: UInt64(transcoding) * 50)
+    }
+
+    /// Plays are taken at complexity 10 up to the budget, then a step lower where they fit there,
+    /// then refused; passed-through plays cost a small part of one.
+    @Test func playsAreTakenThenTakenLowerThenRefused() {
+        var governor = LoadGovernor(settings: Self.settings)
+        // 0.01 + 149 × 0.01 = 1.50: the 149th fits at 10, the 150th does not.
+        #expect(governor.admission(transcoding: 148, passthrough: 0) == .admit)
+        #expect(governor.admission(transcoding: 149, passthrough: 0) == .admitStepDown(to: 1))
+        // At 7 a session is taken to cost 0.89 of one at 10: 167 fit; at 5, 0.77: 193.
+        #expect(governor.admission(transcoding: 170, passthrough: 0) == .admitStepDown(to: 2))
+        #expect(governor.admission(transcoding: 193, passthrough: 0) == .refuse(retryAfterSeconds: 5))
+        #expect(governor.stepDown(to: 2, at: 0) == .complexity(5))
+        #expect(governor.complexity == 5)
+        #expect(governor.admission(transcoding: 192, passthrough: 0) == .admit)
+        #expect(governor.headroom(transcoding: 150, passthrough: 0) == 43)
+        // 1,000 passed-through plays are 0.4 of a core.
+        #expect(governor.admission(transcoding: 100, passthrough: 1_000) == .admit)
+        #expect(governor.admission(transcoding: 160, passthrough: 1_000) == .refuse(retryAfterSeconds: 5))
+    }
+
+    @Test func withoutABudgetEveryPlayIsTaken() {
+        let governor = LoadGovernor(settings: .init(budgetCores: 0, ladder: [10], transcodePrior: 0.01))
+        #expect(governor.admission(transcoding: 100_000, passthrough: 0) == .admit)
+        #expect(governor.headroom(transcoding: 100_000, passthrough: 0) == .max)
+    }
+
+    /// Late or nearly late frames lower the complexity a step, at most one step per 2 s; ten
+    /// seconds of room raise it again, not before, and not when the step above would not fit.
+    @Test func theComplexityStepsDownUnderPressureAndBackUpWithRoom() {
+        var governor = LoadGovernor(settings: Self.settings)
+        #expect(governor.observe(Self.sample(at: 0, cpu: 1.2, transcoding: 120)) == nil)
+        #expect(governor.observe(Self.sample(at: 1, cpu: 1.2, transcoding: 120, late: 3)) == .complexity(7))
+        #expect(governor.observe(Self.sample(at: 2, cpu: 1.2, transcoding: 120, late: 3)) == nil, "a step shows in the next second")
+        // 3 % of the 6,000 frames were the last one ahead: a step.
+        #expect(governor.observe(Self.sample(at: 3, cpu: 1.1, transcoding: 120, tight: 180)) == .complexity(5))
+        #expect(governor.observe(Self.sample(at: 5, cpu: 1.6, transcoding: 120, late: 9)) == nil, "the lowest step")
+        for second in 6..<15 { #expect(governor.observe(Self.sample(at: Double(second), cpu: 0.9, transcoding: 120)) == nil) }
+        #expect(governor.observe(Self.sample(at: 15, cpu: 0.9, transcoding: 120)) == .complexity(7))
+        // Room for 7 but not for 10 (the step above would need more than 90 % of the budget).
+        var full = LoadGovernor(settings: Self.settings)
+        _ = full.stepDown(at: 0)
+        for second in 1...30 { _ = full.observe(Self.sample(at: Double(second), cpu: 1.3, transcoding: 145)) }
+        #expect(full.complexity == 7)
+    }
+
+    /// The cost of a session is learned from steady seconds: the engine alone, passed-through
+    /// plays alone, then transcoding ones from what is left; a second in which plays started
+    /// teaches nothing.
+    @Test func costsAreLearnedFromSteadySeconds() {
+        var governor = LoadGovernor(settings: Self.settings)
+        for second in 0..<20 { _ = governor.observe(Self.sample(at: Double(second), cpu: 0.02, transcoding: 0)) }
+        #expect(abs(governor.baseCost - 0.02) < 0.001)
+        for second in 20..<40 { _ = governor.observe(Self.sample(at: Double(second), cpu: 0.42, transcoding: 0, passthrough: 1_000)) }
+        #expect(abs(governor.passthroughCost - 0.0004) < 0.00002)
+        for second in 40..<60 { _ = governor.observe(Self.sample(at: Double(second), cpu: 1.02, transcoding: 80)) }
+        #expect(abs(governor.transcodeCost(at: 10) - 0.0125) < 0.0002)
+        #expect(abs(governor.transcodeCost(at: 5) - 0.0125 * 0.77) < 0.0002, "scaled from the step measured")
+        var starting = Self.sample(at: 60, cpu: 1.9, transcoding: 120)
+        starting.transcodingBefore = 80
+        _ = governor.observe(starting)
+        #expect(abs(governor.transcodeCost(at: 10) - 0.0125) < 0.0002)
+    }
+
+    @Test func theLadderSkipsStepsThatCostTheSame() {
+        #expect(LoadGovernor.Settings.ladder(from: 10, downTo: 5) == [10, 7, 5])
+        #expect(LoadGovernor.Settings.ladder(from: 10, downTo: 0) == [10, 7, 5, 3, 0])
+        #expect(LoadGovernor.Settings.ladder(from: 7, downTo: 7) == [7])
+        #expect(LoadGovernor.Settings.ladder(from: 6, downTo: 3) == [6, 5, 3])
+    }
+}
