@@ -325,20 +325,16 @@ struct PeakLimiter {
     private mutating func delayOnly(_ samples: UnsafeMutableBufferPointer<Float>) -> Bool {
         let count = samples.count
         guard let base = samples.baseAddress, count >= delay.count, count % 2 == 0 else { return false }
-        var peak = SIMD8<Float>()
-        var index = 0
-        while index + 8 <= count {
-            let lanes = UnsafeRawPointer(base + index).loadUnaligned(as: SIMD8<Float>.self)
-            peak = pointwiseMax(peak, pointwiseMax(lanes, -lanes))
-            index += 8
+        // The largest magnitude as the largest bit pattern with the sign cleared (for floats of
+        // one sign the patterns order as the numbers do; a NaN's is above infinity's, so it
+        // fails the test below): an integer maximum, which the compiler vectorises.
+        var largestBits: UInt32 = 0
+        UnsafeRawPointer(base).withMemoryRebound(to: UInt32.self, capacity: count) { words in
+            for index in 0..<count { largestBits = max(largestBits, words[index] & 0x7FFF_FFFF) }
         }
-        var largest = peak.max()
-        while index < count {
-            largest = max(largest, abs(base[index]))
-            index += 1
-        }
+        var largest = Float(bitPattern: largestBits)
         for value in history { largest = max(largest, abs(value)) }
-        // Not-a-number fails this test too, and goes the sample loop's way (a gain of 0).
+        // Not-a-number fails this test too, and goes the sample loop's way.
         guard largest * 1.25 <= Self.ceiling else { return false }
         let line = delay.count
         withUnsafeTemporaryAllocation(of: Float.self, capacity: line) { tail in
