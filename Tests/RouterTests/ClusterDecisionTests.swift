@@ -28,6 +28,17 @@ import WireProtocol
         #expect(LoadScore.score(pair("x")) == 0)
     }
 
+    /// A pair whose engine refuses new plays (`engine_full`) is passed over while another takes
+    /// them, however few sessions it holds; when every engine is full, the least loaded still gets it.
+    @Test func aPairWhoseEngineIsFullGetsSessionsOnlyWhenEveryOneIs() {
+        var full = pair("full", sessions: 1)
+        full.admitting = false
+        #expect(LoadScore.best(of: [full, pair("busy", sessions: 40, late: 90)], for: "guild")?.id == "busy")
+        var alsoFull = pair("also-full", sessions: 40)
+        alsoFull.admitting = false
+        #expect(LoadScore.best(of: [full, alsoFull], for: "guild")?.id == "full")
+    }
+
     /// A pair that came back (or joined) gets half the difference from a pair with more, a few at
     /// a time, never sessions just taken over, never past its room; a difference of one moves
     /// nothing (it would only bounce back).
