@@ -39,10 +39,8 @@ final class LoadControl: Sendable {
         LoadControl(settings: .init(budgetCores: 0, ladder: [render.complexity], transcodePrior: 0), render: render)
     }
 
-    var settings: LoadGovernor.Settings { governor.withLock { $0.settings } }
-
     /// Takes one more play beside `transcoding` and `passthrough` others, or refuses it with
-    /// `503 engine_full`; a play that fits only a step lower takes that step now.
+    /// `503 engine_full`; a play that fits only lower takes the steps down now.
     func admit(transcoding: Int, passthrough: Int, now: Double) throws(APIError) {
         let (decision, change, complexity) = governor.withLock { governor in
             let decision = governor.admission(transcoding: transcoding, passthrough: passthrough)
@@ -101,7 +99,4 @@ final class LoadControl: Sendable {
             tightFramesPerMinute: minute.tight.reduce(0, &+), admitting: admitting,
             refusals: refused.load(ordering: .relaxed))
     }
-
-    /// Cores one transcoding session is taken to cost now (the report's and the logs' figure).
-    var transcodeCost: Double { governor.withLock { $0.transcodeCost(at: $0.complexity) } }
 }

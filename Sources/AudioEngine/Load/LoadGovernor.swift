@@ -27,7 +27,7 @@ package struct LoadGovernor: Sendable {
 
     /// One second of the engine, as the monitor measured it.
     struct Sample: Sendable, Equatable {
-        /// Seconds since some fixed moment (the monitor's clock).
+        /// Seconds on the engine's monotonic clock (`SessionManager.monotonicSeconds`).
         var at: Double
         /// Cores the engine used over the second.
         var cpu: Double

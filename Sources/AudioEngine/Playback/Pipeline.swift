@@ -104,13 +104,16 @@ final class Pipeline {
     /// The renderer measures another track now (this one ended, or handed over), or this one's
     /// measurement is kept already.
     private var measurementDone = false
+    /// The play started past the beginning or sought: even played to its end, what was measured
+    /// is part of the track.
+    private var measuredPart = false
 
     /// Keeps what the renderer measured of this track for its later plays (once).
     private func rememberLoudness(whole: Bool) {
         guard !measurementDone, let memory else { return }
         measurementDone = true
         guard let measured = renderer.measuredLoudness else { return }
-        memory.remember(trackKey, loudness: measured.loudness, seconds: measured.seconds, whole: whole)
+        memory.remember(trackKey, loudness: measured.loudness, seconds: measured.seconds, whole: whole && !measuredPart)
     }
 
     /// The source's description once it is open (seeked to `startMS`); nil while a network
@@ -361,6 +364,7 @@ final class Pipeline {
     /// Moves to `positionMS`; the next packet is the frame that starts there.
     func seek(toMS positionMS: Int64) throws {
         guard case .ready(let decoder) = stage else { return }
+        measuredPart = true
         do {
             try decoder.seek(toMS: positionMS)
         } catch {
