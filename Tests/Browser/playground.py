@@ -208,6 +208,12 @@ def queue(browser, url, _):
     play(a.page, "short-770.mp3", "#enqueue")
     check(wait(lambda: a.page.locator("#queue li").count() == 2, 5), "two tracks queued")
     check(hears(a.page, 550), "the first plays")
+    # The title changes when the new track is heard, not when its state arrives (about a
+    # jitter buffer earlier): both moments as the page sees them, the tone's from the last 40 ms.
+    title_at, tone_at = a.page.evaluate(TITLE_JS, [550, 770])
+    check(title_at is not None and tone_at is not None and abs(title_at - tone_at) <= 100,
+          f"the title changes with the tone: title at {title_at}, 770 Hz heard at {tone_at} "
+          f"({(title_at or 0) - (tone_at or 0):+.0f} ms)")
     check(hears(a.page, 770, 6), "the queue moves on to the second by itself")
     # A second tab of the same user joins mid-stream.
     play(a.page, "tone-440.mp3")
@@ -222,6 +228,25 @@ def queue(browser, url, _):
     a.page.select_option("#crossfade", "2000")
     check(wait(lambda: a.page.evaluate("tonearm.state.crossfade_ms") == 2000, 3), "the crossfade is set to 2 s")
     check(wait(lambda: second.input_value("#crossfade") == "2000", 3), "the other tab shows the crossfade")
+
+
+TITLE_JS = """async ([from, to]) => {
+  const power = (xs, f) => {
+    const k = 2 * Math.cos(2 * Math.PI * f / 48000);
+    let s1 = 0, s2 = 0;
+    for (const x of xs) { const s0 = x + k * s1 - s2; s2 = s1; s1 = s0; }
+    return s1 * s1 + s2 * s2 - k * s1 * s2;
+  };
+  const start = performance.now();
+  let titleAt = null, toneAt = null;
+  while (performance.now() - start < 10000 && (titleAt === null || toneAt === null)) {
+    if (titleAt === null && tonearm.title.includes(String(to))) titleAt = performance.now();
+    const heard = tonearm.samples(0.04);
+    if (toneAt === null && heard.length && power(heard, to) > power(heard, from)) toneAt = performance.now();
+    await new Promise((resolve) => setTimeout(resolve, 4));
+  }
+  return [titleAt, toneAt];
+}"""
 
 
 def errors(browser, url, shots):

@@ -120,4 +120,71 @@ import Testing
         #expect(await cluster.router?.terminate() == true, "the Router did not stop with a listener connected")
         #expect(cluster.router?.exitCode == 0)
     }
+
+    /// At each new track the Ogg stream is chained: the logical stream ends and a new one begins,
+    /// its OpusTags carrying the new track's title, just before the track's first packet.
+    /// opusinfo reads both streams, each with its title, and finds nothing wrong; decoded across
+    /// the gapless join (opusdec, which follows chains), the sound never stops and the tone
+    /// changes from 440 to 660 Hz.
+    @Test func eachNewTrackBeginsAChainedStreamWithItsTitle() async throws {
+        let cluster = try TonearmCluster(tones: [440, 660], seconds: 3)
+        try cluster.startEngine()
+        try cluster.startRouter()
+        defer { Task { [cluster] in await cluster.stop() } }
+        #expect(await eventually(timeout: .seconds(20)) { await cluster.routerLinkUp() })
+        let me = try await identity(cluster)
+        #expect(try await cluster.play(me.session_id, "tone-440.mp3", token: me.token).status == 202)
+        let queued = try await cluster.post(
+            cluster.routerURL + "/api/sessions/\(me.session_id)/queue", #"{"url":"tone-660.mp3"}"#, token: me.token)
+        #expect(queued.status == 200 || queued.status == 202, "\(queued)")
+        try await Task.sleep(for: .milliseconds(300))
+
+        let response = try await HTTPClient.shared.execute(
+            HTTPClientRequest(url: cluster.routerURL + "/listen/\(me.session_id).ogg?token=\(me.token)"), timeout: .seconds(30))
+        #expect(response.status == .ok)
+        var bytes = Data()
+        let started = ContinuousClock.now
+        for try await chunk in response.body {
+            bytes.append(contentsOf: chunk.readableBytesView)
+            if ContinuousClock.now - started > .milliseconds(4_200) { break }
+        }
+        let file = cluster.directory.file("chained.ogg")
+        try bytes.write(to: URL(fileURLWithPath: file))
+
+        let report = try Self.run(["opusinfo", file])
+        #expect(report.components(separatedBy: "New logical stream").count - 1 == 2, "opusinfo: \(report)")
+        let titles = report.split(separator: "\n").filter { $0.lowercased().contains("title=") }
+        #expect(titles.count == 2 && titles.last?.contains("660") == true, "titles: \(titles)")
+        for problem in ["CRC", "corrupt", "hole in data", "Invalid", "sequence"] {
+            #expect(!report.contains(problem), "opusinfo: \(report)")
+        }
+
+        let wav = cluster.directory.file("chained.wav")
+        _ = try Self.run(["opusdec", "--rate", "48000", file, wav])
+        let samples = try MediaFixture.decodeMono(wav)
+        #expect(samples.count > 48_000 * 3, "only \(samples.count) samples decoded")
+        // Every 10 ms after the first frame holds the tone: the chain adds no gap at the join.
+        let window = 480
+        let quiet = stride(from: 960, to: samples.count - window, by: window).filter { start in
+            let part = samples[start..<(start + window)]
+            return (part.reduce(0) { $0 + $1 * $1 } / Float(window)).squareRoot() < 0.02
+        }
+        #expect(quiet.isEmpty, "quiet 10 ms windows at \(quiet.map { Double($0) / 48_000 }) s")
+        #expect(abs(Spectrum.dominantFrequency(Array(samples.prefix(24_000))) - 440) < 5)
+        #expect(abs(Spectrum.dominantFrequency(Array(samples.suffix(24_000))) - 660) < 5)
+    }
+
+    /// Runs a command line and gives back what it printed (both streams).
+    static func run(_ arguments: [String]) throws -> String {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = arguments
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return text
+    }
 }

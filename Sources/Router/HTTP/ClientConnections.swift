@@ -196,6 +196,13 @@ struct ClientConnections {
         return reply.json()
     }
 
+    /// The event of a line if it begins a track (`ready`); other events are not parsed.
+    static func trackStart(_ line: String) -> WireEvent? {
+        guard line.contains(#""type":"ready""#), let event = try? WireEvent(jsonLine: Array(line.utf8)), event.type == .ready
+        else { return nil }
+        return event
+    }
+
     /// The session as an endless Ogg Opus stream, for as long as the listener stays (and keeps up).
     private func listen(to id: SessionID, channel: any Channel, logger: Logger) async throws -> Response {
         await Self.limitBuffering(channel)
@@ -222,7 +229,13 @@ struct ClientConnections {
                 try await writer.write(ogg.headers(title: title))
                 try await withGracefulShutdownHandler {
                     for await message in subscription.messages {
-                        if case .audio(let packet) = message { try await writer.write(ogg.page(for: packet)) }
+                        switch message {
+                        case .audio(let packet):
+                            try await writer.write(ogg.page(for: packet))
+                        case .event(let line):
+                            // `ready` comes just before its play's first packet (docs/wire-protocol.md).
+                            if let ready = Self.trackStart(line) { try await writer.write(ogg.chain(title: ready.title)) }
+                        }
                     }
                 } onGracefulShutdown: {
                     end()

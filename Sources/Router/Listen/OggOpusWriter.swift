@@ -1,12 +1,14 @@
 // Wraps a live session's Opus packets in an Ogg Opus stream (RFC 7845 over RFC 3533), so any
 // Ogg player — ffplay, VLC, an <audio> element — can listen. Every listener gets its own stream:
 // OpusHead and OpusTags first, then one 20 ms packet per page, so a listener joining mid-stream
-// starts on valid headers and hears audio within a page.
+// starts on valid headers and hears audio within a page. At each new track the stream is chained
+// (RFC 3533 §4): the logical stream ends and a new one begins with headers that carry the new
+// track's title, just before its first packet, so a player shows the title when it plays it.
 import NIOCore
 
 /// Builds the pages of one Ogg Opus stream.
 struct OggOpusWriter {
-    private let serial: UInt32
+    private var serial: UInt32
     private var sequence: UInt32 = 0
     /// 48 kHz samples written so far: the granule position of the page just written.
     private var granule: Int64 = 0
@@ -43,6 +45,22 @@ struct OggOpusWriter {
         return out
     }
 
+    /// Ends this logical stream (a page without packets, marked end of stream) and begins the
+    /// next one: a new serial, its pages and granule from 0, its headers with `title`. Put just
+    /// before the new track's first packet.
+    mutating func chain(title: String?) -> ByteBuffer {
+        var out = ByteBuffer()
+        writePage(nil, flags: 0x04, granule: granule, into: &out)
+        var next = UInt32.random(in: 1...UInt32.max)
+        while next == serial { next = UInt32.random(in: 1...UInt32.max) }
+        serial = next
+        sequence = 0
+        granule = 0
+        var headers = headers(title: title)
+        out.writeBuffer(&headers)
+        return out
+    }
+
     /// One page holding one 20 ms Opus packet.
     mutating func page(for packet: ByteBuffer) -> ByteBuffer {
         granule += Self.samplesPerPacket
@@ -51,12 +69,16 @@ struct OggOpusWriter {
         return out
     }
 
+    /// A page with `packet`, or with no packet at all (nil: no segments).
     private mutating func writePage(
-        _ packet: ByteBufferView, flags: UInt8, granule: Int64, into out: inout ByteBuffer
+        _ packet: ByteBufferView?, flags: UInt8, granule: Int64, into out: inout ByteBuffer
     ) {
         // Lacing: 255-byte segments, then the remainder (a 0 ends a packet of a multiple of 255).
-        var lacing = [UInt8](repeating: 255, count: packet.count / 255)
-        lacing.append(UInt8(packet.count % 255))
+        var lacing: [UInt8] = []
+        if let packet {
+            lacing = [UInt8](repeating: 255, count: packet.count / 255)
+            lacing.append(UInt8(packet.count % 255))
+        }
         let start = out.writerIndex
         out.writeString("OggS")
         out.writeInteger(UInt8(0))  // version
@@ -68,7 +90,7 @@ struct OggOpusWriter {
         out.writeInteger(UInt32(0), endianness: .little)
         out.writeInteger(UInt8(lacing.count))
         out.writeBytes(lacing)
-        out.writeBytes(packet)
+        if let packet { out.writeBytes(packet) }
         let crc = OggCRC.checksum(out.readableBytesView[start...])
         out.setInteger(crc, at: crcAt, endianness: .little)
         sequence += 1

@@ -26,6 +26,9 @@ document.querySelectorAll("[data-icon]").forEach((button) => icon(button, button
 const mode = Player.supported ? "webcodecs" : StreamPlayer.supported ? "media-source" : "ogg";
 let player = mode === "webcodecs" ? new Player() : mode === "media-source" ? new StreamPlayer($("fallback-audio")) : null;
 let state = null, stateAt = 0, seeking = false, mutedFrom = null;
+// The title changes when the new track is heard, not when its state arrives: a track's `ready`
+// comes just before its first packet, which is heard once what the player holds ahead has played.
+let titleShown = null, titleDueAt = 0, titleTimer = null;
 
 const connection = new Connection({
   onState: (next) => {
@@ -49,6 +52,7 @@ window.tonearm = {
   get state() { return state; },
   get connection() { return $("connection").dataset.state; },
   get message() { return $("message").textContent; },
+  get title() { return $("title").textContent; },
   get stats() { return player ? { ...player.stats, depth: player.depth, lead: player.lead } : null; },
   contextState: () => player?.state ?? "unsupported",
   dominantFrequency: () => player?.dominantFrequency() ?? 0,
@@ -164,7 +168,10 @@ function onEvent(event) {
     if (event.code === "engine_restarted") say(explain(event));
   }
   if (event.type === "paused") player?.idle();
-  if (event.type === "ready") say("");
+  if (event.type === "ready") {
+    say("");
+    titleDueAt = performance.now() + (player?.lead ?? 0) * 1000;
+  }
 }
 
 // ---- rendering ------------------------------------------------------------------------------
@@ -185,10 +192,21 @@ function position() {
   return Math.min(state.position_ms + moved, state.duration_ms ?? Infinity);
 }
 
+/** Shows `text` as the title at the moment the track it names is heard (at once when nothing
+ *  is held ahead, or the title did not come with a new track). */
+function showTitle(text) {
+  if (text === titleShown) return;
+  clearTimeout(titleTimer);
+  const wait = titleDueAt - performance.now();
+  const show = () => { $("title").textContent = titleShown = text; };
+  if (titleShown === null || wait <= 5 || wait > 3000) show();
+  else titleTimer = setTimeout(show, wait);
+}
+
 function render() {
   if (!state) return;
   const track = state.now_playing;
-  $("title").textContent = track ? track.title || track.url : "Nothing playing";
+  showTitle(track ? track.title || track.url : "Nothing playing");
   const words = { idle: track ? "Stopped" : "Add something below.", starting: "Starting…", playing: "Playing", paused: "Paused" };
   $("subtitle").textContent = words[state.status] || state.status;
   $("thumbnail").hidden = !track?.thumbnail;
