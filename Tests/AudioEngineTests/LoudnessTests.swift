@@ -230,35 +230,6 @@ import Testing
         }
     }
 
-    /// The limiter's running minimum is the least of the last `width` values, as a scan of them
-    /// finds it, over values mostly 1 with runs below (as the gains a limiter requires are), and
-    /// after ones pushed at once.
-    @Test func theRunningMinimumIsWhatAScanFinds() {
-        var state: UInt64 = 12_345
-        func random() -> Float {
-            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
-            return Float(state >> 40) / Float(1 << 24)
-        }
-        let width = 47
-        var running = SlidingMinimum(width: width)
-        var pushed: [Float] = []
-        for step in 0..<20_000 {
-            if step % 997 == 500 {
-                running.pushOnes(60)
-                pushed += [Float](repeating: 1, count: 60)
-                continue
-            }
-            let value: Float = (step / 200) % 3 == 0 ? min(1, 0.5 + random()) : 1
-            pushed.append(value)
-            let scanned = pushed.suffix(width).reduce(Float(1)) { min($0, $1) }
-            let got = running.push(value)
-            if got != scanned {
-                Issue.record("step \(step): \(got), a scan finds \(scanned)")
-                return
-            }
-        }
-    }
-
     /// Turned off mid-track, the source's own level is back from the next frame (a one-frame ramp,
     /// as a volume change); turned on again, the track is raised again within half a second; and
     /// neither switch clicks: the limiter's 1 ms delay is crossfaded out and in, not cut (cut, it

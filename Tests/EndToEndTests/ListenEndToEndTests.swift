@@ -92,15 +92,7 @@ import Testing
         #expect(bytes.prefix(4) == Data("OggS".utf8))
 
         // opusinfo (opus-tools) checks the headers and every page's CRC and sequence number.
-        let info = Process()
-        info.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        info.arguments = ["opusinfo", file]
-        let output = Pipe()
-        info.standardOutput = output
-        info.standardError = output
-        try info.run()
-        let report = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        info.waitUntilExit()
+        let report = try Self.run(["opusinfo", file])
         #expect(report.contains("Channels: 2"), "\(report)")
         for problem in ["CRC", "corrupt", "hole in data", "Invalid", "sequence"] {
             #expect(!report.contains(problem), "opusinfo: \(report)")

@@ -228,13 +228,12 @@ struct PeakLimiter {
     private static let window = lookahead - 2 + 1
     private static let release: Float = 1 - exp(-1 / (0.1 * 48_000))
 
-    /// The delay line (interleaved stereo), the last four input samples per channel, the least
-    /// gain required over the last `window` samples and those minima's running average, and the
-    /// smoothed gain.
+    /// The delay line (interleaved stereo), the last four input samples per channel, the required
+    /// gains of the last `window` samples and their running minima, and the smoothed gain.
     private var delay = [Float](repeating: 0, count: 2 * lookahead)
     private var delayIndex = 0
     private var history = [Float](repeating: 0, count: 8)
-    private var required = SlidingMinimum(width: window)
+    private var required = [Float](repeating: 1, count: window)
     private var minima = [Float](repeating: 1, count: window)
     private var minimaSum = Float(window)
     private var ringIndex = 0
@@ -281,8 +280,12 @@ struct PeakLimiter {
                 history[h + 3] = x4
             }
             let need: Float = peak > Self.ceiling && peak.isFinite ? Self.ceiling / peak : (peak.isFinite ? 1 : 0)
-            let minimum = required.push(need)
+            required[ringIndex] = need
             sinceLimit = need < 1 ? 0 : min(sinceLimit + 1, Self.window)
+            var minimum: Float = 1
+            if sinceLimit < Self.window {
+                for value in required where value < minimum { minimum = value }
+            }
             minimaSum += minimum - minima[ringIndex]
             minima[ringIndex] = minimum
             ringIndex = ringIndex + 1 == Self.window ? 0 : ringIndex + 1
@@ -352,60 +355,11 @@ struct PeakLimiter {
         // The ring of gains moves on as in the sample loop (its values are all 1), so that the
         // sum taken over it at the end of a frame adds them in the same order.
         ringIndex = (ringIndex + count / 2) % Self.window
-        required.pushOnes(count / 2)
         // The last four input samples per channel, as the sample loop would leave them: the
         // newest frames of the delay line now.
         for channel in 0..<2 {
             for offset in 0..<4 { history[channel * 4 + offset] = delay[line - 8 + 2 * offset + channel] }
         }
         return true
-    }
-}
-
-/// The least of the last `width` values pushed (values are at most 1; before `width` have come,
-/// the ones not yet pushed count as 1), in constant time per value on average: a queue, oldest
-/// first, of the values that can still be the least — each larger than every one before it, so
-/// the oldest is the least — with when each came. (The limiter used to scan its whole window for
-/// every sample: 47 comparisons.)
-struct SlidingMinimum {
-    let width: Int
-    private var values: [Float]
-    private var times: [Int]
-    private var head = 0
-    private var count = 0
-    private var now = 0
-
-    init(width: Int) {
-        self.width = max(width, 1)
-        values = [Float](repeating: 1, count: self.width)
-        times = [Int](repeating: 0, count: self.width)
-    }
-
-    /// Adds `value` and gives the least of the last `width` values.
-    mutating func push(_ value: Float) -> Float {
-        // Older values not below this one can never be the least again.
-        while count > 0 && !(values[(head + count - 1) % width] < value) { count -= 1 }
-        // The oldest leaves when it falls out of the window.
-        while count > 0 && times[head] <= now - width {
-            head = (head + 1) % width
-            count -= 1
-        }
-        let slot = (head + count) % width
-        values[slot] = value
-        times[slot] = now
-        count += 1
-        now += 1
-        return min(values[head], 1)
-    }
-
-    /// `n` values of 1 pushed at once: the limiter's shortcut, taken only when none of the last
-    /// `width` values was below 1 either (or `n` is at least `width`).
-    mutating func pushOnes(_ n: Int) {
-        guard n > 0 else { return }
-        now += n
-        head = 0
-        count = 1
-        values[0] = 1
-        times[0] = now - 1
     }
 }
