@@ -131,17 +131,27 @@ import Testing
         #expect(queued.status == 200 || queued.status == 202, "\(queued)")
         try await Task.sleep(for: .milliseconds(300))
 
-        let response = try await HTTPClient.shared.execute(
-            HTTPClientRequest(url: cluster.routerURL + "/listen/\(me.session_id).ogg?token=\(me.token)"), timeout: .seconds(30))
-        #expect(response.status == .ok)
-        var bytes = Data()
-        let started = ContinuousClock.now
-        for try await chunk in response.body {
-            bytes.append(contentsOf: chunk.readableBytesView)
-            if ContinuousClock.now - started > .milliseconds(4_200) { break }
+        func record(_ query: String) async throws -> Data {
+            let response = try await HTTPClient.shared.execute(
+                HTTPClientRequest(url: cluster.routerURL + "/listen/\(me.session_id).ogg?\(query)token=\(me.token)"),
+                timeout: .seconds(30))
+            #expect(response.status == .ok)
+            var bytes = Data()
+            let started = ContinuousClock.now
+            for try await chunk in response.body {
+                bytes.append(contentsOf: chunk.readableBytesView)
+                if ContinuousClock.now - started > .milliseconds(4_200) { break }
+            }
+            return bytes
         }
-        let file = cluster.directory.file("chained.ogg")
-        try bytes.write(to: URL(fileURLWithPath: file))
+        // Beside it, a listener that asked for no chains (`chain=0`) gets one stream throughout.
+        async let chained = record("")
+        async let unchained = record("chain=0&")
+        let file = cluster.directory.file("chained.ogg"), single = cluster.directory.file("single.ogg")
+        try await chained.write(to: URL(fileURLWithPath: file))
+        try await unchained.write(to: URL(fileURLWithPath: single))
+        let one = try Self.run(["opusinfo", single])
+        #expect(one.components(separatedBy: "New logical stream").count - 1 == 1, "chain=0: \(one)")
 
         let report = try Self.run(["opusinfo", file])
         #expect(report.components(separatedBy: "New logical stream").count - 1 == 2, "opusinfo: \(report)")

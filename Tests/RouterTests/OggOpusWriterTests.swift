@@ -91,4 +91,24 @@ import Testing
         #expect(tags.count == 8 + 4 + 7 + 4)
         #expect(Array(tags.suffix(4)) == [0, 0, 0, 0])
     }
+
+    /// A chain: the first stream ends with a page without packets marked end of stream (at its
+    /// last granule), then a second stream with another serial begins (its headers, sequence and
+    /// granule from 0) and carries the new title; every page's checksum holds.
+    @Test func aNewTrackChainsAStreamWithItsTitle() throws {
+        var writer = OggOpusWriter(serial: 0x1111_1111)
+        var stream = writer.headers(title: "First")
+        for _ in 0..<3 { stream.writeImmutableBuffer(writer.page(for: ByteBuffer(repeating: 1, count: 40))) }
+        stream.writeImmutableBuffer(writer.chain(title: "Second"))
+        stream.writeImmutableBuffer(writer.page(for: ByteBuffer(repeating: 2, count: 40)))
+        let pages = try #require(readPages(stream))
+        #expect(pages.count == 2 + 3 + 1 + 2 + 1)
+        for page in pages { #expect(checksum(page.bytes) == page.checksum) }
+        let end = pages[5]
+        #expect(end.flags == 0x04 && end.lacing.isEmpty && end.granule == 3 * 960 && end.serial == 0x1111_1111 && end.sequence == 5)
+        let (head, tags, first) = (pages[6], pages[7], pages[8])
+        #expect(head.flags == 0x02 && head.serial != 0x1111_1111 && head.sequence == 0 && head.body.starts(with: Array("OpusHead".utf8)))
+        #expect(tags.serial == head.serial && tags.sequence == 1 && String(decoding: tags.body, as: UTF8.self).contains("title=Second"))
+        #expect(first.serial == head.serial && first.granule == 960 && first.sequence == 2)
+    }
 }

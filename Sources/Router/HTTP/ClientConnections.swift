@@ -49,7 +49,9 @@ struct ClientConnections {
             }
             let id = try RouterApplication.sessionID(path: String(file.dropLast(4)))
             try access.authorize(request, for: id)
-            return try await listen(to: id, channel: context.channel, logger: context.logger)
+            // `chain=0`: one logical stream for good, for players that stop at a chain (browsers' <audio>).
+            let chains = request.uri.queryParameters["chain"] != "0"
+            return try await listen(to: id, chains: chains, channel: context.channel, logger: context.logger)
         }
     }
 
@@ -204,7 +206,7 @@ struct ClientConnections {
     }
 
     /// The session as an endless Ogg Opus stream, for as long as the listener stays (and keeps up).
-    private func listen(to id: SessionID, channel: any Channel, logger: Logger) async throws -> Response {
+    private func listen(to id: SessionID, chains: Bool, channel: any Channel, logger: Logger) async throws -> Response {
         await Self.limitBuffering(channel)
         let subscription = try await directory.using(id) { [store, closeGrace] _ in
             store.subscribe(id, kind: .listener) { reason in
@@ -226,15 +228,23 @@ struct ClientConnections {
                 // stops (a graceful shutdown waits for every response, and would wait for ever).
                 channel.closeFuture.whenComplete { _ in end() }
                 var ogg = OggOpusWriter()
-                try await writer.write(ogg.headers(title: title))
+                // The headers go with the first packet, so a listener that arrives before the
+                // first track begins gets its title in them rather than an empty first stream.
+                var title = title
+                var begun = false
                 try await withGracefulShutdownHandler {
                     for await message in subscription.messages {
                         switch message {
                         case .audio(let packet):
+                            if !begun {
+                                try await writer.write(ogg.headers(title: title))
+                                begun = true
+                            }
                             try await writer.write(ogg.page(for: packet))
                         case .event(let line):
                             // `ready` comes just before its play's first packet (docs/wire-protocol.md).
-                            if let ready = Self.trackStart(line) { try await writer.write(ogg.chain(title: ready.title)) }
+                            guard chains || !begun, let ready = Self.trackStart(line) else { continue }
+                            if begun { try await writer.write(ogg.chain(title: ready.title)) } else { title = ready.title }
                         }
                     }
                 } onGracefulShutdown: {

@@ -381,7 +381,7 @@ async function main() {
   const me = await identity();
   $("session").textContent = me.session_id;
   if (mode === "ogg") {
-    player = new ListenPlayer($("fallback-audio"), `/listen/${encodeURIComponent(me.session_id)}.ogg?token=${encodeURIComponent(me.token)}`);
+    player = new ListenPlayer($("fallback-audio"), `/listen/${encodeURIComponent(me.session_id)}.ogg?chain=0&token=${encodeURIComponent(me.token)}`);
   }
   // The AudioContext exists from the start (it runs at once where autoplay is allowed, else from
   // the first gesture); the media element waits for a gesture in any case.
