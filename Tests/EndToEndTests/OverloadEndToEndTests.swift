@@ -58,6 +58,10 @@ import TestSupport
         let load = try #require(health["load"] as? [String: Any])
         #expect(load["admitting"] as? Bool == false && load["headroom_sessions"] as? Int == 0, "\(load)")
         #expect((load["complexity"] as? Int ?? 10) < 10 && load["configured_complexity"] as? Int == 10, "\(load)")
+        // Once it is heard (the plays were asked for within milliseconds; the first may still be opening).
+        #expect(await eventually(timeout: .seconds(10)) {
+            (try? await cluster.getJSON(cluster.engineURL + "/session/load-0"))?["state"] as? String == "streaming"
+        })
         let session = try #require(try await cluster.getJSON(cluster.engineURL + "/session/load-0"))
         #expect(session["complexity"] as? Int == load["complexity"] as? Int, "the session object: \(session)")
 

@@ -49,7 +49,7 @@ struct ClientConnections {
             }
             let id = try RouterApplication.sessionID(path: String(file.dropLast(4)))
             try access.authorize(request, for: id)
-            // `chain=0`: one logical stream for good, for players that stop at a chain (browsers' <audio>).
+            // `chain=0`: one logical stream for good, for players that stop at a chain.
             let chains = request.uri.queryParameters["chain"] != "0"
             return try await listen(to: id, chains: chains, channel: context.channel, logger: context.logger)
         }
