@@ -24,6 +24,10 @@ public struct EventType: RawRepresentable, Hashable, Sendable, Codable, CustomSt
     /// The engine's load report (`load`), every 10 s and when it changes; its `session_id` is
     /// `SessionID.engine`.
     public static let load = EventType("load")
+    /// A layer's first samples are in the next packet (`layer_id`).
+    public static let layerStarted = EventType("layer_started")
+    /// A layer ended (`layer_id`, `reason`): nothing of it is in the packets that follow.
+    public static let layerEnded = EventType("layer_ended")
 
     public init(from decoder: any Decoder) throws {
         self.rawValue = try decoder.singleValueContainer().decode(String.self)
@@ -78,12 +82,14 @@ public struct WireEvent: Hashable, Sendable, Codable {
     public var passthrough: Bool?
     /// `load` events only.
     public var load: LoadReport?
+    /// `layer_started` and `layer_ended` only: which layer of the play.
+    public var layerID: UInt64?
 
     public init(
         type: EventType, sessionID: SessionID, playID: UInt64? = nil, reason: FinishReason? = nil,
         code: String? = nil, message: String? = nil, url: String? = nil, title: String? = nil,
         durationMS: Int64? = nil, positionMS: Int64? = nil, volume: Int? = nil, passthrough: Bool? = nil,
-        load: LoadReport? = nil
+        load: LoadReport? = nil, layerID: UInt64? = nil
     ) {
         self.type = type
         self.sessionID = sessionID
@@ -98,6 +104,7 @@ public struct WireEvent: Hashable, Sendable, Codable {
         self.volume = volume
         self.passthrough = passthrough
         self.load = load
+        self.layerID = layerID
     }
 
     enum CodingKeys: String, CodingKey {
@@ -108,6 +115,7 @@ public struct WireEvent: Hashable, Sendable, Codable {
         case durationMS = "duration_ms"
         case positionMS = "position_ms"
         case volume, passthrough, load
+        case layerID = "layer_id"
     }
 
     /// `text` cut to at most `limit` UTF-8 bytes at a character boundary, ending in "…" if cut.

@@ -34,6 +34,8 @@ import Testing
             case .handover(let play, _, _): "handover \(play.playID)"
             case .previousEnded(let id): "previousEnded \(id)"
             case .nextFailed(let id, _): "nextFailed \(id)"
+            case .layerStarted(let id): "layerStarted \(id)"
+            case .layerEnded(let id, let reason, _): "layerEnded \(id) \(reason)"
             }
         }
     }

@@ -289,7 +289,7 @@ final class OutboxPacer {
             heard.append(packet)
             return true
         case .end, nil: return false
-        case .opened, .handover, .previousEnded, .nextFailed: return true
+        case .opened, .handover, .previousEnded, .nextFailed, .layerStarted, .layerEnded: return true
         }
     }
 }

@@ -66,7 +66,18 @@ final class EngineHarness: @unchecked Sendable {
     }
 
     func get(_ path: String) async throws -> (status: Int, json: [String: Any]) {
-        let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: url + path), timeout: .seconds(40))
+        try await send(HTTPClientRequest(url: url + path))
+    }
+
+    @discardableResult
+    func delete(_ path: String) async throws -> (status: Int, json: [String: Any]) {
+        var request = HTTPClientRequest(url: url + path)
+        request.method = .DELETE
+        return try await send(request)
+    }
+
+    private func send(_ request: HTTPClientRequest) async throws -> (status: Int, json: [String: Any]) {
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(40))
         let body = try await response.body.collect(upTo: 1 << 20)
         let object = (try? JSONSerialization.jsonObject(with: Data(body.readableBytesView))) as? [String: Any]
         return (Int(response.status.code), object ?? [:])

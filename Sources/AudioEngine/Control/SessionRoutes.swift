@@ -10,6 +10,8 @@ extension SessionList: ResponseEncodable {}
 extension StopResult: ResponseEncodable {}
 extension NextQueued: ResponseEncodable {}
 extension HandOverPoint: ResponseEncodable {}
+extension LayerStarted: ResponseEncodable {}
+extension LayerStopped: ResponseEncodable {}
 
 extension ControlAPI {
     func addSessionRoutes(to router: Router<some RequestContext>) {
@@ -33,6 +35,18 @@ extension ControlAPI {
             let body = try await Self.decode(NextRequest.self, request, context)
             let queued = try manager.setNext(sessionID: id, url: try Self.required(body.url), crossfadeMS: body.crossfadeMS ?? 0)
             return EditedResponse(status: .accepted, response: queued)
+        }
+        router.post("/session/:id/layers") { request, context -> EditedResponse<LayerStarted> in
+            let id = try Self.sessionID(context)
+            let body = try await Self.decode(LayerRequest.self, request, context)
+            return EditedResponse(status: .accepted, response: try manager.addLayer(sessionID: id, body))
+        }
+        router.delete("/session/:id/layers/:layer") { _, context -> LayerStopped in
+            let id = try Self.sessionID(context)
+            guard let text = context.parameters.get("layer"), let layer = UInt64(text) else {
+                throw APIError.badRequest("invalid_layer_id", "a layer id is the number its layer request answered")
+            }
+            return try manager.removeLayer(sessionID: id, layerID: layer)
         }
         router.delete("/session/:id/next") { _, context -> NextQueued in
             try manager.cancelNext(sessionID: try Self.sessionID(context))

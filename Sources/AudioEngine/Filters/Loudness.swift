@@ -184,8 +184,12 @@ package struct LoudnessNormalizer {
 
     private static func clamp(_ gain: Double) -> Double { min(max(gain, gainRange.lowerBound), gainRange.upperBound) }
 
-    /// Measures, scales and limits one frame of interleaved stereo in place.
-    package mutating func process(_ samples: UnsafeMutableBufferPointer<Float>) {
+    /// Measures, scales and limits one frame of interleaved stereo in place. `beforeLimiting`
+    /// changes the scaled frame before the limiter sees it (a play's layers are mixed in there:
+    /// measured apart from the track, limited with it).
+    package mutating func process(
+        _ samples: UnsafeMutableBufferPointer<Float>, beforeLimiting: (UnsafeMutableBufferPointer<Float>) -> Void = { _ in }
+    ) {
         let frames = samples.count / 2
         if taggedLoudness == nil && !stopping {
             if meter.add(samples), let measured = meter.loudness {
@@ -193,6 +197,7 @@ package struct LoudnessNormalizer {
             }
         }
         if stopping && gainDB == 0 && !limiter.isLimiting {
+            beforeLimiting(samples)
             limiter.process(samples, fadeOut: true)
             isFinished = true
             return
@@ -212,17 +217,20 @@ package struct LoudnessNormalizer {
             samples[i + 1] *= g
             i += 2
         }
+        beforeLimiting(samples)
         limiter.process(samples)
     }
 }
 
 /// A look-ahead limiter that keeps the signal's true peak (estimated at twice the sample rate by
-/// cubic interpolation between samples) at or below −1 dBTP. The gain reaches what a peak needs by
+/// cubic interpolation between samples) at or below −1.5 dBTP: the half dB is for what that
+/// estimate misses and what Opus adds, so that the listener's decoded stream stays at or below
+/// −1 dBTP (a loud layer over a loud track measured −0.9 dBTP decoded with the ceiling at −1). The gain reaches what a peak needs by
 /// the time that peak is played (attack over the 1 ms look-ahead) and recovers over about 100 ms,
 /// so it shapes the envelope instead of clipping the wave. It delays the sound by its look-ahead;
 /// started or stopped mid-play, that delay is crossfaded in or out over one frame.
 struct PeakLimiter {
-    static let ceiling: Float = 0.891  // −1 dBTP
+    static let ceiling: Float = 0.841  // −1.5 dBTP
     static let lookahead = 48  // samples (1 ms at 48 kHz)
     /// The true-peak estimate of a sample needs the two after it: gains are known 2 samples late.
     private static let window = lookahead - 2 + 1

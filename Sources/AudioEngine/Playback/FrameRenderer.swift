@@ -33,6 +33,8 @@ final class FrameRenderer {
         var gain: Float = 1
         /// A frame of this play has been heard (a normaliser started now measures mid-stream).
         var heard = false
+        /// How far the track is ducked under its layers.
+        var ducking = Ducking()
     }
 
     /// A frame encoded ahead: its input and the states before it.
@@ -40,6 +42,10 @@ final class FrameRenderer {
         var sequence: UInt64 = .max
         /// Allocated at the first frame rendered (a passthrough play never pays for it).
         var input: [Float] = []
+        /// The layers' samples mixed into the frame (allocated at the first frame with a layer).
+        var layer: [Float] = []
+        var overlay = Overlay.none
+        var hasLayer = false
         var settings = RenderSettings()
         var state = State()
         var encoderState = OpusEncoderSnapshot()
@@ -87,9 +93,10 @@ final class FrameRenderer {
         kept = Array(repeating: Kept(), count: max(keep, 1))
     }
 
-    /// Whether a frame at `volume` would come out as it went in: no normaliser, no filter, no gain.
+    /// Whether a frame at `volume` would come out as it went in: no normaliser, no filter, no
+    /// gain, no ducking.
     func leavesUnchanged(volume: Int) -> Bool {
-        volume == 100 && state.gain == 1 && state.filterChain.isIdentity && state.normalizer == nil
+        volume == 100 && state.gain == 1 && state.filterChain.isIdentity && state.normalizer == nil && state.ducking.isIdle
     }
 
     /// A frame went out without the renderer (passthrough): it has been heard, and no frame
@@ -121,10 +128,14 @@ final class FrameRenderer {
         apply(settings, to: &state)
     }
 
-    /// Renders one frame of `input` with `settings` (taken on with `apply` before) and encodes
-    /// it, keeping what it takes to do it again. Returns the packet; the frame's sequence number
-    /// is `rendered - 1` after.
-    func render(_ input: UnsafeBufferPointer<Float>, settings: RenderSettings) throws -> [UInt8] {
+    /// Renders one frame of `input` with `settings` (taken on with `apply` before), with `layer`
+    /// (the play's layers, summed at their levels) mixed in as `overlay` says, and encodes it,
+    /// keeping what it takes to do it again. Returns the packet; the frame's sequence number is
+    /// `rendered - 1` after.
+    func render(
+        _ input: UnsafeBufferPointer<Float>, layer: UnsafeBufferPointer<Float>? = nil, overlay: Overlay = .none,
+        settings: RenderSettings
+    ) throws -> [UInt8] {
         let encoder = try encoder ?? OpusEncoder(configuration: encoderConfiguration)
         self.encoder = encoder
         let slot = Int(rendered % UInt64(kept.count))
@@ -137,7 +148,16 @@ final class FrameRenderer {
             guard let to = copy.baseAddress, let from = input.baseAddress else { return }
             to.update(from: from, count: min(copy.count, input.count))
         }
-        let packet = try encode(input, volume: settings.volume, state: &state, with: encoder)
+        kept[slot].overlay = overlay
+        kept[slot].hasLayer = layer != nil
+        if let layer {
+            if kept[slot].layer.count != OpusEncoder.frameFloats { kept[slot].layer = [Float](repeating: 0, count: OpusEncoder.frameFloats) }
+            kept[slot].layer.withUnsafeMutableBufferPointer { copy in
+                guard let to = copy.baseAddress, let from = layer.baseAddress else { return }
+                to.update(from: from, count: min(copy.count, layer.count))
+            }
+        }
+        let packet = try encode(input, layer: layer, overlay: overlay, volume: settings.volume, state: &state, with: encoder)
         rendered += 1
         return packet
     }
@@ -174,7 +194,15 @@ final class FrameRenderer {
                 states.append((state, bytes))
             }
             apply(settings, to: &state)
-            packets.append(try kept[slot].input.withUnsafeBufferPointer { try encode($0, volume: settings.volume, state: &state, with: encoder) })
+            let frame = kept[slot]
+            packets.append(
+                try frame.input.withUnsafeBufferPointer { input in
+                    try frame.layer.withUnsafeBufferPointer { layer in
+                        try encode(
+                            input, layer: frame.hasLayer ? layer : nil, overlay: frame.overlay, volume: settings.volume,
+                            state: &state, with: encoder)
+                    }
+                })
         }
         self.state = state
         return Again(first: first, packets: packets, kept: states, settings: settings)
@@ -220,16 +248,30 @@ final class FrameRenderer {
         }
     }
 
-    /// Normalises, filters, ramps the gain over the frame to `volume` and encodes.
+    /// Normalises, ducks the track and mixes the layers in (before the normaliser's limiter, so
+    /// the sum keeps under its ceiling), filters, ramps the gain over the frame to `volume` and
+    /// encodes.
     private func encode(
-        _ input: UnsafeBufferPointer<Float>, volume: Int, state: inout State, with encoder: OpusEncoder
+        _ input: UnsafeBufferPointer<Float>, layer: UnsafeBufferPointer<Float>?, overlay: Overlay, volume: Int,
+        state: inout State, with encoder: OpusEncoder
     ) throws -> [UInt8] {
         if pcm.count != OpusEncoder.frameFloats { pcm = [Float](repeating: 0, count: OpusEncoder.frameFloats) }
         pcm.withUnsafeMutableBufferPointer { out in
             guard let to = out.baseAddress, let from = input.baseAddress else { return }
             to.update(from: from, count: min(out.count, input.count))
         }
-        if state.normalizer != nil { pcm.withUnsafeMutableBufferPointer { state.normalizer?.process($0) } }
+        var ducking = state.ducking
+        let mix = { (samples: UnsafeMutableBufferPointer<Float>) in
+            ducking.process(samples, overlay)
+            guard let layer else { return }
+            for i in 0..<min(samples.count, layer.count) { samples[i] += layer[i] }
+        }
+        if state.normalizer != nil {
+            pcm.withUnsafeMutableBufferPointer { state.normalizer?.process($0, beforeLimiting: mix) }
+        } else {
+            pcm.withUnsafeMutableBufferPointer { mix($0) }
+        }
+        state.ducking = ducking
         pcm.withUnsafeMutableBufferPointer { state.filterChain.process($0) }
         let target = Float(volume) / 100
         if state.gain != 1 || target != 1 {

@@ -21,6 +21,10 @@ enum OutboxItem {
     /// The next play could not be opened: `error` and `finished` for it; the current one goes on
     /// to its end.
     case nextFailed(playID: UInt64, APIError)
+    /// A layer's first samples are in the following frame: `layer_started`.
+    case layerStarted(UInt64)
+    /// A layer ran out or failed (its last samples, if any, are in the frame before): `layer_ended`.
+    case layerEnded(UInt64, FinishReason, APIError?)
 }
 
 /// A play asked to follow the current one.

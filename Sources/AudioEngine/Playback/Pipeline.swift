@@ -175,14 +175,16 @@ final class Pipeline {
     var readAhead: ReadAheadInput.Stats? { demuxThread?.readAhead }
 
     /// The next 20 ms Opus packet at `volume` percent through `filters`, brought to the target
-    /// loudness if `normalize`.
-    func nextPacket(volume: Int, filters: Filters = Filters(), normalize: Bool = false) throws -> Next<[UInt8]> {
-        let next = try renderNext(volume: volume, filters: filters, normalize: normalize)
+    /// loudness if `normalize`, with the play's `layers` mixed in.
+    func nextPacket(
+        volume: Int, filters: Filters = Filters(), normalize: Bool = false, layers: LayerMixer? = nil
+    ) throws -> Next<[UInt8]> {
+        let next = try renderNext(volume: volume, filters: filters, normalize: normalize, layers: layers)
         if case .end = next { rememberLoudness(whole: true) }
         return next
     }
 
-    private func renderNext(volume: Int, filters: Filters, normalize: Bool) throws -> Next<[UInt8]> {
+    private func renderNext(volume: Int, filters: Filters, normalize: Bool, layers: LayerMixer?) throws -> Next<[UInt8]> {
         guard case .ready(let decoder) = stage else { return .pending }
         let settings = RenderSettings(volume: volume, filters: filters, normalize: normalize)
         setTimescale(filters.timescale)
@@ -190,7 +192,7 @@ final class Pipeline {
         join.newPacket()
         do {
             if samples.opusSource && renderer.leavesUnchanged(volume: volume) && samples.decoded.isEmpty
-                && timescale == nil && !join.isJoining && !fadeBegins
+                && timescale == nil && !join.isJoining && !fadeBegins && layers?.isSounding != true
             {
                 let packet: CompressedPacket
                 switch try samples.nextPacket(decoder) {
@@ -224,7 +226,21 @@ final class Pipeline {
             throw APIError.unplayable(error)
         }
         passthrough = false
-        return .value(try pcm.withUnsafeBufferPointer { try renderer.render($0, settings: settings) })
+        guard let layers, !layers.isEmpty else {
+            // After the last layer, the track comes back at its release.
+            var after = layers?.overlay ?? .none
+            after.sounding = false
+            return .value(try pcm.withUnsafeBufferPointer { try renderer.render($0, overlay: after, settings: settings) })
+        }
+        // A track with layers is not measured as a whole: what was heard was not the track alone.
+        measuredPart = true
+        let overlay = layers.mixNextFrame()
+        return .value(
+            try pcm.withUnsafeBufferPointer { track in
+                try layers.frame.withUnsafeBufferPointer { layer in
+                    try renderer.render(track, layer: overlay.sounding ? layer : nil, overlay: overlay, settings: settings)
+                }
+            })
     }
 
     /// The next 20 ms of what is heard: this track's, and at its end the next track's, joined on
@@ -288,8 +304,8 @@ final class Pipeline {
     /// Whether the fade into the next track starts with the next frame.
     private var fadeBegins: Bool { join.fadeBegins(position: samples.position, durationMS: info?.durationMS) }
 
-    /// The next 20 ms of this track's own samples (the next track's side of a join).
-    private func readOwnFrame(into frame: inout [Float]) throws -> Next<Int> {
+    /// The next 20 ms of this track's own samples (the next track's side of a join, a layer's).
+    func readOwnFrame(into frame: inout [Float]) throws -> Next<Int> {
         guard case .ready(let decoder) = stage else { return .pending }
         return try samples.readFrame(decoder, into: &frame)
     }

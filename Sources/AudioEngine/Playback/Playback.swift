@@ -56,9 +56,10 @@ final class Playback: @unchecked Sendable {
     }
 
     func cancel() {
-        let next = machine.withLockedValue { $0.cancel() }
+        let (next, layers) = machine.withLockedValue { ($0.cancel(), $0.layers) }
         cancellation.fire()
         next?.cancellation.fire()
+        for layer in layers { layer.cancellation.fire() }
     }
 
     /// Closes the source of a cancelled or ended play (FFmpeg contexts, the read-ahead thread).
@@ -119,6 +120,26 @@ final class Playback: @unchecked Sendable {
     /// The next play's page could not be resolved.
     func failNext(_ error: any Error, playID: UInt64) {
         machine.withLockedValue { $0.failNext(APIError.wrap(error), playID: playID) }
+    }
+
+    /// Mixes a layer into the play from its next frame encoded.
+    func addLayer(_ ask: LayerAsk) {
+        machine.withLockedValue { $0.addLayer(ask) }
+    }
+
+    /// Hands over a layer's source once its page is resolved.
+    func provideLayer(_ source: ResolvedSource, layerID: UInt64) {
+        machine.withLockedValue { $0.provideLayer(source, layerID: layerID) }
+    }
+
+    /// A layer's page could not be resolved.
+    func failLayer(_ layerID: UInt64, _ error: any Error) {
+        machine.withLockedValue { $0.failLayer(layerID, APIError.wrap(error)) }
+    }
+
+    /// Calls a layer off: the worker drops it at its next frame.
+    func removeLayer(_ layerID: UInt64) {
+        machine.withLockedValue { $0.removeLayer(layerID) }?.cancellation.fire()
     }
 
     /// Ends the play with an error that happened outside the pipeline (yt-dlp could not resolve it).

@@ -45,6 +45,8 @@ struct PlaybackMachine {
     private(set) var pendingReopenMS: Int64?
     /// The play asked to follow this one; cleared once it is heard.
     private(set) var next: NextPlay?
+    /// The layers asked for and not ended, oldest first.
+    private(set) var layers: [LayerAsk] = []
 
     init(volume: Int, filters: Filters, normalize: Bool, source: ResolvedSource?) {
         self.volume = volume
@@ -172,6 +174,30 @@ struct PlaybackMachine {
         items.append(.nextFailed(playID: playID, error))
     }
 
+    /// A layer to mix into the play from its next frame encoded (once its source is resolved).
+    mutating func addLayer(_ ask: LayerAsk) {
+        layers.append(ask)
+    }
+
+    /// A layer's page is resolved.
+    mutating func provideLayer(_ source: ResolvedSource, layerID: UInt64) {
+        guard let index = layers.firstIndex(where: { $0.layerID == layerID }) else { return }
+        layers[index].source = source
+    }
+
+    /// A layer is no longer asked for (called off, ran out, failed): the worker drops it. Returns it.
+    @discardableResult
+    mutating func removeLayer(_ layerID: UInt64) -> LayerAsk? {
+        guard let index = layers.firstIndex(where: { $0.layerID == layerID }) else { return nil }
+        return layers.remove(at: index)
+    }
+
+    /// A layer's page could not be resolved: it ends with the error, in order with the frames.
+    mutating func failLayer(_ layerID: UInt64, _ error: APIError) {
+        guard !cancelled, removeLayer(layerID) != nil else { return }
+        items.append(.layerEnded(layerID, .error, error))
+    }
+
     /// The play failed outside the pipeline (yt-dlp could not resolve it).
     mutating func fail(_ error: APIError) {
         guard !cancelled, !ended else { return }
@@ -194,7 +220,8 @@ struct PlaybackMachine {
     func fillView() -> FillView {
         FillView(
             bufferedFrames: bufferedFrames, cancelled: cancelled, pendingSeekMS: pendingSeekMS, volume: volume,
-            filters: filters, normalize: normalize, generation: generation, renderAgain: renderAgain, next: next)
+            filters: filters, normalize: normalize, generation: generation, renderAgain: renderAgain, next: next,
+            layers: layers)
     }
 
     /// A frame or a marker from the pipeline; dropped when the play was cancelled or the frame
@@ -314,7 +341,7 @@ struct PlaybackMachine {
         items = CircularBuffer(
             items.lazy.filter { item in
                 switch item {
-                case .handover, .previousEnded, .nextFailed: true
+                case .handover, .previousEnded, .nextFailed, .layerStarted, .layerEnded: true
                 default: false
                 }
             })
@@ -335,6 +362,7 @@ struct FillView {
     let generation: Int
     let renderAgain: Bool
     let next: NextPlay?
+    var layers: [LayerAsk] = []
 
     /// The worker's next step, in this order: stop for a cancelled play; carry out a seek; render
     /// the lead again after a change; stop once the lead is full (`passthroughLead` while

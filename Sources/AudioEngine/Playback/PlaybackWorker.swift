@@ -29,6 +29,8 @@ final class PlaybackWorker {
     private var opened: [UInt64: NextPlay] = [:]
     /// `.opened` has been queued (once per play, not again after a reopen).
     private var announced = false
+    /// The play's layers, open beside the track (across its joins).
+    private let layers = LayerMixer()
     /// What the machine's passthrough refill was last set for, so it is written only on a change.
     private var refillsAsPassthrough = false
     /// Tests only: runs between rendering the lead again and putting it in the outbox, where
@@ -101,6 +103,10 @@ final class PlaybackWorker {
                 return
             case .encode:
                 setRefill(passing: passing, passthroughLead: passthroughLead)
+                if !view.layers.isEmpty || !layers.isEmpty {
+                    layers.sync(with: view.layers, context: context, loudnessTarget: loudnessTarget)
+                    pushLayerChanges(framePushed: true)
+                }
                 guard encode(&pipeline, view) else { return }
             }
         }
@@ -110,7 +116,9 @@ final class PlaybackWorker {
     /// network is behind, the play ended or failed, the next track is not open yet).
     private func encode(_ pipeline: inout Pipeline, _ view: FillView) -> Bool {
         do {
-            switch try pipeline.nextPacket(volume: view.volume, filters: view.filters, normalize: view.normalize) {
+            switch try pipeline.nextPacket(
+                volume: view.volume, filters: view.filters, normalize: view.normalize, layers: layers)
+            {
             case .pending:
                 return false  // the network is behind: try again next tick
             case .end:
@@ -128,11 +136,13 @@ final class PlaybackWorker {
                 return false
             case .value(let packet):
                 if pipeline.joinStarted, let following = pipeline.following { announce(following, view) }
+                pushLayerChanges(framePushed: false)
                 push(
                     .frame(
                         packet, passthrough: pipeline.passthrough, sourceMicros: pipeline.lastSourceMicros,
                         rendered: pipeline.passthrough ? nil : pipeline.renderer.rendered - 1),
                     frames: 1, generation: view.generation)
+                pushLayerChanges(framePushed: true)
                 if pipeline.joinCompleted, let joined = handOver(from: pipeline) { pipeline = joined }
                 return true
             }
@@ -244,6 +254,29 @@ final class PlaybackWorker {
             try pipeline.takeBack(taken.packets, after: taken.previous)
         } catch {
             push(.end(.error, APIError.wrap(error)), frames: 0, generation: generation)
+        }
+    }
+
+    /// The layers that start in the frame about to be pushed (`framePushed` false), or that ended
+    /// in the one just pushed or could not be opened (true), in order with the frames. An ended
+    /// layer is no longer asked for.
+    private func pushLayerChanges(framePushed: Bool) {
+        let changes = layers.changes
+        guard !changes.isEmpty else { return }
+        machine.withLockedValue { machine in
+            if framePushed {
+                for ended in changes.ended {
+                    guard machine.removeLayer(ended.layerID) != nil else { continue }
+                    machine.push(.layerEnded(ended.layerID, ended.reason, ended.error), frames: 0, generation: nil)
+                }
+            } else {
+                for started in changes.started { machine.push(.layerStarted(started), frames: 0, generation: nil) }
+            }
+        }
+        if framePushed {
+            layers.clearChanges()
+        } else {
+            layers.clearStarted()
         }
     }
 

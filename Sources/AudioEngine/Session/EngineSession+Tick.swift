@@ -69,6 +69,14 @@ extension EngineSession {
                     batch.append(SessionManager.finished(id, playID, .finished))
                 }
                 continue
+            case .layerStarted(let layerID):
+                if let layer = layers.first(where: { $0.layerID == layerID }) {
+                    batch.append(WireEvent(type: .layerStarted, sessionID: id, playID: layer.playID, layerID: layerID))
+                }
+                continue
+            case .layerEnded(let layerID, let reason, let error):
+                if let event = endLayer(layerID, id, reason: reason, error: error) { batch.append(event) }
+                continue
             case .nextFailed(let playID, let error):
                 if nextPlayID == playID { nextPlayID = nil }
                 batch.append(WireEvent(type: .error, sessionID: id, playID: playID, code: error.code, message: error.message))
@@ -155,6 +163,7 @@ extension EngineSession {
         let playID = machine.playID ?? playback.playID
         let input: SessionStateMachine.Input = reason == .finished ? .ended(playID: playID) : .failed(playID: playID)
         var failed: APIError?
+        for event in endLayers(id, reason) { batch.append(event) }
         switch machine.handle(input) {
         case .finish:
             batch.append(SessionManager.finished(id, playID, .finished))

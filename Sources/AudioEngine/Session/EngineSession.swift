@@ -36,6 +36,9 @@ struct EngineSession {
     var fadingPlayID: UInt64?
     /// The play asked to follow the current one.
     var nextPlayID: UInt64?
+    /// The layers mixed into the current play and not ended, oldest first, with the play each
+    /// was asked on (its events carry that play's id, across the track's joins).
+    var layers: [(layerID: UInt64, playID: UInt64)] = []
     var lastChange = ContinuousClock.now
     /// Wall-clock ms before which the play sends nothing: a hand-over's start (PlayRequest).
     var startAtMS: Int64?
@@ -59,6 +62,23 @@ struct EngineSession {
             .compactMap { $0 }
     }
 
+    /// The play's layers end with it (`layer_ended`, `stopped` when it ran out or failed), before
+    /// its `finished`: nothing of a play follows that.
+    mutating func endLayers(_ id: SessionID, _ reason: FinishReason) -> [WireEvent] {
+        let reason: FinishReason = reason == .finished || reason == .error || reason == .cleanup ? .stopped : reason
+        defer { layers = [] }
+        return layers.map { WireEvent(type: .layerEnded, sessionID: id, playID: $0.playID, reason: reason, layerID: $0.layerID) }
+    }
+
+    /// A layer ended (ran out, failed, called off): its `layer_ended`, once (nil if it had ended).
+    mutating func endLayer(_ layerID: UInt64, _ id: SessionID, reason: FinishReason, error: APIError? = nil) -> WireEvent? {
+        guard let index = layers.firstIndex(where: { $0.layerID == layerID }) else { return nil }
+        let layer = layers.remove(at: index)
+        return WireEvent(
+            type: .layerEnded, sessionID: id, playID: layer.playID, reason: reason, code: error?.code, message: error?.message,
+            layerID: layerID)
+    }
+
     var positionMS: Int64 { MediaTime.sum(positionBaseMS, min(sourceMicrosSinceBase, 1 << 50) / 1_000) }
 
     /// The position counts again from `position`: a play's start, a seek, a joined track.
@@ -74,7 +94,7 @@ struct EngineSession {
     mutating func start(
         _ playback: Playback, _ id: SessionID, url: String, startMS: Int64, metadata: TrackMetadata?
     ) -> (replaced: Playback?, events: [WireEvent]) {
-        var events: [WireEvent] = []
+        var events = endLayers(id, .replaced)
         if case .start(let replacing) = machine.handle(.play(playID: playback.playID)), let replacing {
             events.append(SessionManager.finished(id, replacing, .replaced))
         }
@@ -107,7 +127,7 @@ struct EngineSession {
         lastChange = .now
         var finished = SessionManager.finished(id, playID, .stopped)
         finished.code = code
-        return (playID, stopped, [finished] + owedEnds(id, .stopped))
+        return (playID, stopped, endLayers(id, .stopped) + [finished] + owedEnds(id, .stopped))
     }
 
     /// Where the play will be at wall-clock `atMS` (now `nowMS`), sending one frame per tick until
@@ -159,7 +179,7 @@ struct EngineSession {
     {
         guard now - lastChange >= idleTimeout, case .remove(let playID) = machine.handle(.idleTimeout) else { return nil }
         guard let playID else { return (nil, []) }
-        return (playback, [SessionManager.finished(id, playID, .cleanup)] + owedEnds(id, .cleanup))
+        return (playback, endLayers(id, .cleanup) + [SessionManager.finished(id, playID, .cleanup)] + owedEnds(id, .cleanup))
     }
 
     /// What the control API and `/sessions` show of the session.
