@@ -118,6 +118,48 @@ import WireProtocol
         socket.close()
     }
 
+    /// A layer whose server stalls for 3 s mid-way is silent meanwhile and goes on after: the
+    /// track under it never misses a frame, nor does a bystander, and the engine is the same process.
+    @Test func aStallingLayerNeverHoldsTheTrackUp() async throws {
+        let harness = try EngineHarness()
+        try MediaFixture.tone(440, seconds: 20, into: harness.media, name: "track.mp3")
+        try MediaFixture.tone(300, seconds: 20, into: harness.media, name: "bystander.mp3")
+        let served = try TemporaryDirectory(prefix: "tonearm-layer")
+        try MediaFixture.tone(1_000, seconds: 8, into: served.path, name: "layer.wav", sampleRate: 48_000, volume: 0.25)
+        // 192 kB a second of layer sent at 250 kB a second: the stall comes 4 s in, with about a
+        // second of the layer read ahead, and lasts 3 s.
+        let server = try MediaServer(
+            root: served.path, arguments: ["--stall-at", "1000000", "--stall-seconds", "3", "--rate", "250000"])
+        defer { server.stop() }
+        let socket = try await harness.start()
+        defer { Task { await harness.stop() } }
+        let pid = harness.engine?.pid
+        #expect(try await harness.post("/session/bystander/play", #"{"url":"bystander.mp3"}"#).status == 202)
+        #expect(try await harness.post("/session/s/play", #"{"url":"track.mp3","normalize":false}"#).status == 202)
+        #expect(await eventually(timeout: .seconds(10)) { socket.packets("s").count >= 50 })
+        let asked = socket.packets("s").count
+        let layer = try await harness.post("/session/s/layers", #"{"url":"\#(server.url("layer.wav"))"}"#)
+        #expect(layer.status == 202, "\(layer.json)")
+        #expect(await eventually(timeout: .seconds(14)) { socket.firstEvent("s", .layerEnded) != nil })
+        #expect(socket.firstEvent("s", .layerEnded)?.event.reason == .finished)
+        let first = try #require(Self.packetIndex(after: .layerStarted, "s", in: socket))
+        let last = try #require(Self.packetIndex(after: .layerEnded, "s", in: socket))
+        // 8 s of layer and about 2 s of stall: it lasted longer than 9 s, the track sounding throughout.
+        // (Opening reads ahead first: at this rate, under a second.)
+        #expect(first - asked < 75, "the layer started \(first - asked) frames after it was asked")
+        #expect(last - first >= 450, "the layer lasted \(last - first) frames")
+        let layerTone = try Self.levels(at: 1_000, socket.packets("s").map(\.data))
+        #expect(layerTone[first..<last].contains { $0 < -50 }, "the layer was never silent: the stall did not bite")
+        let track = try Self.levels(at: 440, socket.packets("s").map(\.data))
+        #expect(track[first..<last].allSatisfy { $0 > -25 }, "the track fell silent under the stalled layer")
+        for session in ["s", "bystander"] {
+            let info = try await harness.get("/session/\(session)")
+            #expect((info.json["frames"] as? [String: Any])?["deficit"] as? Int == 0, "\(session): \(info.json)")
+        }
+        #expect(harness.engine?.pid == pid && harness.engine?.isRunning == true && socket.isActive)
+        socket.close()
+    }
+
     /// Refusals: a bad field, a session playing nothing, a fifth layer, an unknown layer; and a
     /// layer called off ends at once with `stopped`, the track back at its level after the release.
     @Test func layerRequestsAreCheckedAndALayerCanBeCalledOff() async throws {
