@@ -87,6 +87,16 @@ struct EngineClient: EngineControl {
         return try Self.decode(NextQueued.self, try await send(.POST, "/session/\(Self.segment(id))/next", body: body)).playID
     }
 
+    /// Mixes a layer over the session's play (engine-api.md, "Layers").
+    func addLayer(_ id: SessionID, _ request: LayerRequest) async throws(APIError) -> LayerStarted {
+        try Self.decode(LayerStarted.self, try await send(.POST, "/session/\(Self.segment(id))/layers", body: Self.json(request)))
+    }
+
+    /// Ends a layer of the session's play.
+    func removeLayer(_ id: SessionID, layerID: UInt64) async throws(APIError) -> LayerStopped {
+        try Self.decode(LayerStopped.self, try await send(.DELETE, "/session/\(Self.segment(id))/layers/\(layerID)", body: nil))
+    }
+
     func resolve(_ url: String, owner: SessionID?) async throws(APIError) -> Resolution {
         let path = "/resolve?url=\(Self.query(url))" + Self.ownerQuery(owner)
         return try Self.decode(Resolution.self, try await send(.GET, path, body: nil, timeout: .seconds(60)))

@@ -184,7 +184,14 @@ struct ClientConnections {
             let data = Data(text.utf8)
             let envelope = try CommandParsing.envelope(data)
             reply.id = envelope.id
+            let layers = LayerCommands(directory: directory, link: link, engine: engine)
             if envelope.op == "state" {
+                reply.state = await controller.state
+            } else if envelope.op == "layer" {
+                reply.layer = try await layers.add(try LayerCommands.request(data), on: id)
+                reply.state = await controller.state
+            } else if envelope.op == "layer_stop" {
+                reply.stopped = try await layers.remove(try LayerCommands.stop(data), on: id)
                 reply.state = await controller.state
             } else {
                 let command = try CommandParsing.command(envelope.op, arguments: CommandParsing.arguments(data))

@@ -109,6 +109,22 @@ struct RouterApplication {
         router.post("/api/sessions/:id/:command") { request, context -> Response in
             try await command(context.parameters.get("command") ?? "", request, context)
         }
+        router.post("/api/sessions/:id/layers") { request, context -> Response in
+            let id = try Self.sessionID(context)
+            try access.authorize(request, for: id)
+            var request = request
+            let body = try await request.collectBody(upTo: 64 * 1024)
+            let started = try await LayerCommands(directory: directory, link: link, engine: engine)
+                .add(try LayerCommands.request(Data(body.readableBytesView)), on: id)
+            return Response.json(status: .accepted, (try? JSONCoding.encoder.encode(started)) ?? Data())
+        }
+        router.delete("/api/sessions/:id/layers/:layer_id") { request, context -> Response in
+            let id = try Self.sessionID(context)
+            try access.authorize(request, for: id)
+            let layer = try LayerCommands.layerID(context.parameters.get("layer_id").flatMap { UInt64($0) })
+            let stopped = try await LayerCommands(directory: directory, link: link, engine: engine).remove(layer, on: id)
+            return Response.json(status: .ok, (try? JSONCoding.encoder.encode(stopped)) ?? Data())
+        }
         router.delete("/api/sessions/:id/queue") { request, context -> Response in
             let id = try Self.sessionID(context)
             try access.authorize(request, for: id)
