@@ -182,6 +182,16 @@ def controls(browser, url, _):
     own = wait(lambda: (lambda r: r if r > normalised * 2 else 0)(a.page.evaluate("tonearm.rms(0.5)")), 4)
     check(own and own > normalised * 2, f"unticked, the tone plays at its own level: rms {normalised:.3f} → {own or 0:.3f}")
     check(wait(lambda: a.page.evaluate("tonearm.state.normalize") is False, 3), "the state says it is off")
+    # "Play over": a 2 s tone at 550 Hz over the 440 Hz track, which ducks 12 dB meanwhile (so
+    # the 550 Hz tone is what dominates), is said while heard, and the track comes back after.
+    play(a.page, "short-550.mp3", "#play-over")
+    check(hears(a.page, 550, 3), f"'Play over' is heard over the track (heard {frequency(a.page):.0f} Hz)")
+    check(wait(lambda: "over the music" in a.page.evaluate("tonearm.message"), 2), "and said while it plays")
+    check(status(a.page) == "playing" and "tone-440" in (a.page.evaluate("tonearm.title") or ""), "the track plays on under it")
+    check(hears(a.page, 440, 4), "the track comes back after it")
+    back = wait(lambda: (lambda r: r if r > own * 0.8 else 0)(a.page.evaluate("tonearm.rms(0.5)")), 3)
+    check(back and back > own * 0.8, f"at its level: rms {own:.3f} → {back or 0:.3f}")
+    check(wait(lambda: "over the music" not in a.page.evaluate("tonearm.message"), 2), "and the message goes")
     # Seek in a file whose tone steps every second (400 + 40·k Hz in second k).
     play(a.page, "steps.mp3")
     check(hears(a.page, 400, 6), "steps.mp3 starts at 400 Hz")

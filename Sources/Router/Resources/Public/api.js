@@ -39,6 +39,8 @@ export function explain(error) {
     resolver_busy: "The server is busy finding other links. Try again in a few seconds.",
     too_many_pending: "Many links of yours are still being looked up. Wait for them first.",
     identity_refused: "The server no longer knew this browser, so it was given a new session.",
+    nothing_playing: "Play some music first: this plays a sound over it.",
+    too_many_layers: "Four sounds are already playing over the music. Wait for one to end.",
   };
   const text = messages[error?.code] || error?.message || "Something went wrong.";
   // A link looked up after its command was answered is named, since the page has moved on.
@@ -108,7 +110,9 @@ export class Connection {
       return answer;
     }
     const me = await identity();
-    const response = await fetch(`/api/sessions/${encodeURIComponent(me.session_id)}/${op}`, {
+    // A sound over the music has a resource of its own, and answers the layer, not the state.
+    const path = op === "layer" ? "layers" : op;
+    const response = await fetch(`/api/sessions/${encodeURIComponent(me.session_id)}/${path}`, {
       method: "POST",
       headers: { "Content-Type": "application/json", Authorization: `Bearer ${me.token}` },
       body: JSON.stringify(args),
@@ -116,7 +120,7 @@ export class Connection {
     const body = await response.json().catch(() => null);
     if (response.status === 401) forgetIdentity(me.token);
     if (!response.ok) throw body?.error || { code: "http_" + response.status, message: `Request failed (${response.status}).` };
-    this.onState(body);
+    if (op !== "layer") this.onState(body);
     return body;
   }
 

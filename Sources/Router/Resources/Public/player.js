@@ -29,6 +29,7 @@ let state = null, stateAt = 0, seeking = false, mutedFrom = null;
 // The title changes when the new track is heard, not when its state arrives: a track's `ready`
 // comes just before its first packet, which is heard once what the player holds ahead has played.
 let titleShown = null, titleDueAt = 0, titleTimer = null;
+let layerTimer = null;
 
 const connection = new Connection({
   onState: (next) => {
@@ -168,6 +169,16 @@ function onEvent(event) {
     if (event.code === "engine_restarted") say(explain(event));
   }
   if (event.type === "paused") player?.idle();
+  // A sound over the music ("Play over", a `layer`): said while it is heard, from when what the
+  // player holds ahead has played.
+  if (event.type === "layer_started") {
+    clearTimeout(layerTimer);
+    layerTimer = setTimeout(() => say("Playing a sound over the music."), (player?.lead ?? 0) * 1000);
+  }
+  if (event.type === "layer_ended") {
+    clearTimeout(layerTimer);
+    say(event.reason === "error" ? explain(event) : "");
+  }
   if (event.type === "ready") {
     say("");
     titleDueAt = performance.now() + (player?.lead ?? 0) * 1000;
@@ -327,6 +338,7 @@ function submit(op) {
 
 $("add").addEventListener("submit", (event) => { event.preventDefault(); submit("play"); });
 $("enqueue").addEventListener("click", () => submit("queue"));
+$("play-over").addEventListener("click", () => submit("layer"));
 $("url").addEventListener("input", scheduleSearch);
 $("previous").onclick = () => run("previous");
 $("next").onclick = () => run("next");
