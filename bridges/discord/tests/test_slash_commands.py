@@ -107,6 +107,14 @@ def test_a_user_plays_music_with_slash_commands(cluster):
             later = [p for _, p in voice.voice.client.recorded()[heard + 50 :] if not is_silence(p)]
             assert abs(dominant_frequency(decode(later[10:])) - 880) < 15
 
+            # /over: a sound over the music, heard in the same voice stream; the 880 Hz track
+            # ducks 12 dB under the 440 Hz sound, which is what dominates then.
+            assert await said(await alice.slash(text, "over", query="tone-440.mp3")) == "Playing **tone-440.mp3** over the music."
+            heard = len(voice.voice.client.recorded())
+            await wait_until(lambda: len(voice.voice.client.recorded()) > heard + 100)
+            over = [p for _, p in voice.voice.client.recorded()[heard + 25 :] if not is_silence(p)]
+            assert abs(dominant_frequency(decode(over)) - 440) < 15
+
             assert await said(await alice.slash(text, "leave")) == "Left the voice channel."
             assert voice.disconnected and guild.id not in bot.players
             assert await said(await alice.slash(text, "skip")) == "⚠️ I am not in a voice channel here; start with /play"

@@ -189,6 +189,11 @@ def register_commands(bot: TonearmBot) -> None:
 
         await answer(interaction, work)
 
+    @tree.command(description="Play a sound, a link or the first search result over the music (it gets quieter meanwhile)")
+    @app_commands.describe(query="a link, a file name, or words to search for", volume="its level in percent (100 = as recorded)")
+    async def over(interaction: discord.Interaction, query: str, volume: app_commands.Range[int, 0, 1000] = 100) -> None:
+        await answer(interaction, lambda: guild_commands(interaction).over(query, volume))
+
     @tree.command(description="Show the queue")
     async def queue(interaction: discord.Interaction) -> None:
         await answer(interaction, lambda: guild_commands(interaction).queue())

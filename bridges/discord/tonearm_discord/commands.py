@@ -122,6 +122,17 @@ class Commands:
         started = now or (state.get("current") == len(queue) - 1 and state.get("status") != "idle")
         return f"Playing **{name}**" if started else f"Queued **{name}** (position {len(queue)})"
 
+    async def over(self, query: str, volume: int = 100) -> str:
+        """`/over`: a sound over the music (a layer), which ducks under it and comes back after."""
+        found = None
+        url = query.strip()
+        if not looks_like_a_link(url):
+            found = await self.search(url)
+            url = str(found["url"])
+        name = track_name(found) if found else url
+        await self.link.request("layer", url=url, volume=volume)
+        return f"Playing **{name}** over the music."
+
     async def queue(self) -> str:
         state = await self.link.command("state")
         tracks = state.get("queue") or []

@@ -211,6 +211,12 @@ class GuildLink:
 
     async def command(self, op: str, **arguments: Any) -> dict[str, Any]:
         """Sends one command; answers the guild's state after it or raises ``TonearmError``."""
+        state = (await self.request(op, **arguments)).get("state")
+        return state if isinstance(state, dict) else {}
+
+    async def request(self, op: str, **arguments: Any) -> dict[str, Any]:
+        """Sends one command; answers the whole reply (`state`, and `layer` for a layer) or raises
+        ``TonearmError``."""
         ws = self._ws
         if ws is None or not self.connected:
             raise TonearmError("not_connected", "Tonearm is not reachable right now; try again in a moment")
@@ -226,8 +232,7 @@ class GuildLink:
         if not reply.get("ok"):
             error = reply.get("error") or {}
             raise TonearmError(str(error.get("code", "error")), str(error.get("message", "Tonearm refused")))
-        state = reply.get("state")
-        return state if isinstance(state, dict) else {}
+        return reply
 
     async def close(self) -> None:
         self._closing = True
