@@ -14,6 +14,9 @@ public struct PlayRequest: Sendable, Equatable, Codable {
     /// Loudness normalisation from this play on (as it was when absent; on for a new session
     /// unless the engine is configured otherwise).
     public var normalize: Bool?
+    /// Cue points from this play on (as it was when absent; off for a new session): a gapless
+    /// join or a crossfade goes from a track's cue-out to the next one's cue-in.
+    public var cue: Bool?
     /// Wall-clock ms since 1970 before which the play sends nothing: it opens, seeks and encodes
     /// ahead meanwhile, and its first frame goes out on the first tick at or after then (a
     /// hand-over from another engine; see HandOverRequest). Absent or past: as soon as it can;
@@ -22,8 +25,9 @@ public struct PlayRequest: Sendable, Equatable, Codable {
 
     public init(
         url: String?, startMS: Int64? = nil, volume: Int? = nil, filters: Filters? = nil, normalize: Bool? = nil,
-        startAtMS: Int64? = nil
+        startAtMS: Int64? = nil, cue: Bool? = nil
     ) {
+        self.cue = cue
         self.url = url
         self.startAtMS = startAtMS
         self.startMS = startMS
@@ -33,7 +37,7 @@ public struct PlayRequest: Sendable, Equatable, Codable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case url, volume, filters, normalize
+        case url, volume, filters, normalize, cue
         case startMS = "start_ms"
         case startAtMS = "start_at_ms"
     }

@@ -18,6 +18,9 @@ public struct SessionInfo: Sendable, Equatable, Codable {
     public var filters: Filters?
     /// Whether the session's tracks are brought to the engine's target loudness.
     public var normalize: Bool
+    /// Whether joins go from a track's cue-out to the next one's cue-in (skipping the silence at
+    /// their ends). Always present in the engine's answers.
+    public var cue: Bool?
     /// A play held until this wall-clock moment (a hand-over from another engine): not heard
     /// yet. Absent otherwise.
     public var startAtMS: Int64?
@@ -29,8 +32,9 @@ public struct SessionInfo: Sendable, Equatable, Codable {
         sessionID: SessionID, state: SessionState, playID: UInt64? = nil, url: String? = nil, title: String? = nil,
         thumbnail: String? = nil, durationMS: Int64? = nil, positionMS: Int64 = 0, volume: Int = 100,
         passthrough: Bool = false, frames: FrameCounters = FrameCounters(), filters: Filters? = nil,
-        normalize: Bool = false, startAtMS: Int64? = nil, complexity: Int? = nil
+        normalize: Bool = false, cue: Bool? = nil, startAtMS: Int64? = nil, complexity: Int? = nil
     ) {
+        self.cue = cue
         self.startAtMS = startAtMS
         self.complexity = complexity
         self.sessionID = sessionID
@@ -49,7 +53,7 @@ public struct SessionInfo: Sendable, Equatable, Codable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case state, url, title, thumbnail, volume, passthrough, frames, filters, normalize, complexity
+        case state, url, title, thumbnail, volume, passthrough, frames, filters, normalize, cue, complexity
         case sessionID = "session_id"
         case playID = "play_id"
         case durationMS = "duration_ms"

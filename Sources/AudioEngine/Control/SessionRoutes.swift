@@ -20,7 +20,7 @@ extension ControlAPI {
             let body = try await Self.decode(PlayRequest.self, request, context)
             let started = try manager.play(
                 sessionID: id, url: try Self.required(body.url), startMS: body.startMS ?? 0, volume: body.volume, filters: body.filters,
-                normalize: body.normalize, startAtMS: body.startAtMS)
+                normalize: body.normalize, startAtMS: body.startAtMS, cue: body.cue)
             return EditedResponse(status: .accepted, response: started)
         }
         router.post("/session/:id/handover") { request, context -> HandOverPoint in
@@ -83,6 +83,13 @@ extension ControlAPI {
                 throw APIError.badRequest("invalid_normalize", "the body needs \"enabled\": true or false")
             }
             return try manager.setNormalize(sessionID: id, enabled: enabled)
+        }
+        router.post("/session/:id/cue") { request, context -> SessionInfo in
+            let id = try Self.sessionID(context)
+            guard let enabled = try await Self.decode(NormalizeRequest.self, request, context).enabled else {
+                throw APIError.badRequest("invalid_cue", "the body needs \"enabled\": true or false")
+            }
+            return try manager.setCue(sessionID: id, enabled: enabled)
         }
         router.post("/session/:id/seek") { request, context -> SessionInfo in
             let id = try Self.sessionID(context)

@@ -36,6 +36,8 @@ struct NextPlay: Sendable {
     var metadata: TrackMetadata?
     /// nil while a page URL is being resolved.
     var source: ResolvedSource?
+    /// Where in its track it is first heard, in ms: its cue-in when the join used cue points.
+    var startMS: Int64 = 0
     /// Fires when this play is no longer wanted (replaced by another ask, called off, or the play
     /// it follows ended): its page resolution stops.
     let cancellation = CancellationSignal()

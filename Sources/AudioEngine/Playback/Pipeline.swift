@@ -42,6 +42,15 @@ final class Pipeline {
 
     /// The next track, and how far the join with it is.
     private var join = TrackJoin()
+    /// The session's `cue`: joins go from this track's cue-out to the next one's cue-in.
+    private var cue = false
+    /// Where this track's sound ends, in floats from its start, once its tail was decoded ahead
+    /// and looked at (`lookAtTail`); nil before, or when it plays to its end.
+    private var cueOutFloats: Int64?
+    private var tailLooked = false
+    /// The next track's side: its leading silence is skipped (once), and how much of it so far.
+    private var cueInDone = false
+    private(set) var cueInFloats: Int64 = 0
     typealias Following = TrackJoin.Following
     /// Set while the play has a next track; fixed once the join has begun.
     var following: Following? { join.following }
@@ -177,8 +186,9 @@ final class Pipeline {
     /// The next 20 ms Opus packet at `volume` percent through `filters`, brought to the target
     /// loudness if `normalize`, with the play's `layers` mixed in.
     func nextPacket(
-        volume: Int, filters: Filters = Filters(), normalize: Bool = false, layers: LayerMixer? = nil
+        volume: Int, filters: Filters = Filters(), normalize: Bool = false, layers: LayerMixer? = nil, cue: Bool = false
     ) throws -> Next<[UInt8]> {
+        self.cue = cue
         let next = try renderNext(volume: volume, filters: filters, normalize: normalize, layers: layers)
         if case .end = next { rememberLoudness(whole: true) }
         return next
@@ -193,6 +203,7 @@ final class Pipeline {
         do {
             if samples.opusSource && renderer.leavesUnchanged(volume: volume) && samples.decoded.isEmpty
                 && timescale == nil && !join.isJoining && !fadeBegins && layers?.isSounding != true
+                && !(cue && inTailWindow)
             {
                 let packet: CompressedPacket
                 switch try samples.nextPacket(decoder) {
@@ -256,10 +267,11 @@ final class Pipeline {
             }
         }
         if joinFrame.count != needed { joinFrame = [Float](repeating: 0, count: needed) }
+        if cue && !join.isJoining { try lookAtTail(decoder, fadeFloats: following?.fadeFloats ?? 0) }
         if fadeBegins { join.beginFade() }
         if join.isJoining {
             // The next track's frame first: if it is not there yet, none of this one's is taken.
-            switch try next.readOwnFrame(into: &joinFrame) {
+            switch try next.readOwnFrame(into: &joinFrame, skipLeadingSilence: cue) {
             case .pending: return .pending
             case .end: joinFrame.withUnsafeMutableBufferPointer { $0.update(repeating: 0) }
             case .value: break
@@ -274,15 +286,21 @@ final class Pipeline {
             join.mix(&frame, with: joinFrame)
             return .value(())
         }
-        let valid: Int
+        var valid: Int
+        let before = samples.position
         switch try samples.readFrame(decoder, into: &frame) {
         case .pending: return .pending
         case .end: valid = 0
         case .value(let count): valid = count
         }
+        if cue, let cut = cueOutFloats, before + Int64(valid) > cut {
+            // Past the cue-out: the rest of this track is its silence, and is not heard.
+            valid = Int(max(0, cut - before))
+            frame.withUnsafeMutableBufferPointer { $0[valid...].update(repeating: 0) }
+        }
         guard valid < needed else { return .value(()) }
         // This track ends within the frame: the next one's first samples fill the rest of it.
-        switch try next.readOwnFrame(into: &joinFrame) {
+        switch try next.readOwnFrame(into: &joinFrame, skipLeadingSilence: cue) {
         case .pending:
             // The next track's network is behind: the frame keeps its silence, and the join
             // happens at the next frame.
@@ -302,11 +320,59 @@ final class Pipeline {
     }
 
     /// Whether the fade into the next track starts with the next frame.
-    private var fadeBegins: Bool { join.fadeBegins(position: samples.position, durationMS: info?.durationMS) }
+    private var fadeBegins: Bool {
+        join.fadeBegins(position: samples.position, durationMS: info?.durationMS, end: cue ? cueOutFloats : nil)
+    }
+
+    /// With `cue` on and a next track: from the last (fade + 10 s + 2 s) of this track by its
+    /// duration on, decodes the rest ahead half a second a frame (25 times as fast as it plays,
+    /// never a burst) and, once it reaches the end, sets the cue-out where its sound ends. A fade
+    /// then starts on time (its length before the cue-out), and a gapless join happens there.
+    /// A track longer than its duration said by more than 2 s keeps its end.
+    private func lookAtTail(_ decoder: MediaDecoder, fadeFloats: Int) throws {
+        guard !tailLooked, inTailWindow else { return }
+        let window = Int64(fadeFloats + CuePoints.limitFloats)
+        guard samples.decoded.count < Int(window + 2 * Self.tailSlack) else {
+            tailLooked = true
+            return
+        }
+        guard case .value(true) = try samples.decodeAhead(decoder, floats: 48_000) else { return }
+        tailLooked = true
+        let end = samples.decoded.withUnsafeBufferPointer { CuePoints.endOfSound($0) }
+        cueOutFloats = samples.position + Int64(end)
+    }
+
+    /// 2 s, in floats: how much earlier than its end by the duration the tail is looked at, and
+    /// by how much more it may be longer.
+    private static let tailSlack = Int64(2 * 2 * 48_000)
+
+    /// This track has a next one and is within (fade + 10 s + 2 s) of its end by its duration:
+    /// where its cue-out is looked for (an Opus source is decoded from here, not passed through).
+    private var inTailWindow: Bool {
+        guard let following, let duration = info?.durationMS, duration > 0 else { return false }
+        let remaining = 2 * MediaTime.samples(ms: duration) - samples.position
+        return remaining <= Int64(following.fadeFloats + CuePoints.limitFloats) + Self.tailSlack
+    }
 
     /// The next 20 ms of this track's own samples (the next track's side of a join, a layer's).
-    func readOwnFrame(into frame: inout [Float]) throws -> Next<Int> {
+    /// `skipLeadingSilence`: first, the track's silence before its cue-in is read and dropped
+    /// (at most 10 s of it); the frame starts at the first 10 ms of sound.
+    func readOwnFrame(into frame: inout [Float], skipLeadingSilence: Bool = false) throws -> Next<Int> {
         guard case .ready(let decoder) = stage else { return .pending }
+        while skipLeadingSilence && !cueInDone {
+            let read = try samples.readFrame(decoder, into: &frame)
+            guard case .value(let count) = read else { return read }
+            let first = frame.withUnsafeBufferPointer { CuePoints.firstSound(UnsafeBufferPointer(rebasing: $0[..<count])) }
+            guard let first else {
+                cueInFloats += Int64(count)
+                if cueInFloats >= Int64(CuePoints.limitFloats) { cueInDone = true }
+                continue
+            }
+            cueInDone = true
+            cueInFloats += Int64(first)
+            guard first > 0 else { return read }
+            samples.unread(frame[first..<count])
+        }
         return try samples.readFrame(decoder, into: &frame)
     }
 

@@ -28,13 +28,14 @@ final class Playback: @unchecked Sendable {
 
     init(
         sessionID: SessionID, playID: UInt64, url: String, startMS: Int64, volume: Int, filters: Filters = Filters(),
-        normalize: Bool = false, loudnessTarget: Double = LoudnessNormalizer.defaultTarget, source: ResolvedSource?
+        normalize: Bool = false, cue: Bool = false, loudnessTarget: Double = LoudnessNormalizer.defaultTarget,
+        source: ResolvedSource?
     ) {
         self.sessionID = sessionID
         self.playID = playID
         self.url = url
         self.startMS = startMS
-        machine = NIOLockedValueBox(PlaybackMachine(volume: volume, filters: filters, normalize: normalize, source: source))
+        machine = NIOLockedValueBox(PlaybackMachine(volume: volume, filters: filters, normalize: normalize, cue: cue, source: source))
         worker = PlaybackWorker(machine: machine, playID: playID, startMS: startMS, loudnessTarget: loudnessTarget)
     }
 
@@ -104,6 +105,10 @@ final class Playback: @unchecked Sendable {
 
     func setNormalize(_ normalize: Bool) {
         machine.withLockedValue { $0.setNormalize(normalize) }
+    }
+
+    func setCue(_ cue: Bool) {
+        machine.withLockedValue { $0.setCue(cue) }
     }
 
     /// Plays `next` after the current track (nil: nothing follows); the play asked before, if

@@ -37,6 +37,8 @@ struct PlaybackMachine {
     private(set) var filters = Filters()
     /// Whether the pipeline brings the track to the target loudness.
     private(set) var normalize = false
+    /// Whether joins use cue points (read at each frame; nothing encoded is rendered again).
+    private(set) var cue = false
     /// Volume, filters or normalisation changed: the frames encoded ahead are rendered again.
     private(set) var renderAgain = false
     /// The source is resolved and may be opened (page URLs wait for yt-dlp).
@@ -48,7 +50,8 @@ struct PlaybackMachine {
     /// The layers asked for and not ended, oldest first.
     private(set) var layers: [LayerAsk] = []
 
-    init(volume: Int, filters: Filters, normalize: Bool, source: ResolvedSource?) {
+    init(volume: Int, filters: Filters, normalize: Bool, cue: Bool = false, source: ResolvedSource?) {
+        self.cue = cue
         self.volume = volume
         self.filters = filters
         self.normalize = normalize
@@ -152,6 +155,10 @@ struct PlaybackMachine {
         renderAgain = true
     }
 
+    mutating func setCue(_ cue: Bool) {
+        self.cue = cue
+    }
+
     /// Asks `next` to follow (nil: nothing); answers the play asked before when it is another,
     /// which is no longer wanted.
     mutating func setNext(_ next: NextPlay?) -> NextPlay? {
@@ -221,7 +228,7 @@ struct PlaybackMachine {
         FillView(
             bufferedFrames: bufferedFrames, cancelled: cancelled, pendingSeekMS: pendingSeekMS, volume: volume,
             filters: filters, normalize: normalize, generation: generation, renderAgain: renderAgain, next: next,
-            layers: layers)
+            layers: layers, cue: cue)
     }
 
     /// A frame or a marker from the pipeline; dropped when the play was cancelled or the frame
@@ -363,6 +370,7 @@ struct FillView {
     let renderAgain: Bool
     let next: NextPlay?
     var layers: [LayerAsk] = []
+    var cue = false
 
     /// The worker's next step, in this order: stop for a cancelled play; carry out a seek; render
     /// the lead again after a change; stop once the lead is full (`passthroughLead` while

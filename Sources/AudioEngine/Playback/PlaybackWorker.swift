@@ -117,7 +117,7 @@ final class PlaybackWorker {
     private func encode(_ pipeline: inout Pipeline, _ view: FillView) -> Bool {
         do {
             switch try pipeline.nextPacket(
-                volume: view.volume, filters: view.filters, normalize: view.normalize, layers: layers)
+                volume: view.volume, filters: view.filters, normalize: view.normalize, layers: layers, cue: view.cue)
             {
             case .pending:
                 return false  // the network is behind: try again next tick
@@ -205,7 +205,8 @@ final class PlaybackWorker {
     /// The next play is heard from the next frame: the pacer makes it the session's play. Once
     /// its samples are in a frame, the join stands even if the ask was withdrawn meanwhile.
     private func announce(_ following: Pipeline.Following, _ view: FillView) {
-        guard let info = following.pipeline.info, let play = opened.removeValue(forKey: following.playID) else { return }
+        guard let info = following.pipeline.info, var play = opened.removeValue(forKey: following.playID) else { return }
+        play.startMS = following.pipeline.cueInFloats / (2 * 48)
         let passthrough = following.pipeline.passesThrough(volume: view.volume, filters: view.filters, normalize: view.normalize)
         machine.withLockedValue { $0.handOver(to: play, info: info, passthrough: passthrough) }
     }

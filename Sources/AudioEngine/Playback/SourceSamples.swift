@@ -74,6 +74,29 @@ struct SourceSamples {
         return .value(needed)
     }
 
+    /// Decodes up to `floats` more of the source ahead, into `decoded` (what a cue-out is looked
+    /// for in): `.value(true)` once the source ended, `.value(false)` when that much was decoded,
+    /// `.pending` when the network is behind (what was decoded stays).
+    mutating func decodeAhead(_ decoder: MediaDecoder, floats: Int) throws -> Next<Bool> {
+        let target = decoded.count + floats
+        while decoded.count < target {
+            if opusSource {
+                switch try nextPacket(decoder) {
+                case .value(let packet): try decode(packet.data)
+                case .end: return .value(true)
+                case .pending: return .pending
+                }
+            } else {
+                switch try decoder.readFrame(into: &scratch) {
+                case .value(let count): decoded += scratch[..<count]
+                case .end: return .value(true)
+                case .pending: return .pending
+                }
+            }
+        }
+        return .value(false)
+    }
+
     /// Samples read but not used go back in front of the source.
     mutating func unread(_ samples: ArraySlice<Float>) {
         guard !samples.isEmpty else { return }

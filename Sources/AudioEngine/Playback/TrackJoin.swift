@@ -38,12 +38,17 @@ struct TrackJoin {
     }
 
     /// Whether the fade into the next track starts with the next frame: the next track is open,
-    /// a fade is asked for, and this track (at `position`, of `durationMS`) ends within it.
-    func fadeBegins(position: Int64, durationMS: Int64?) -> Bool {
-        guard fade == nil, let following, following.fadeFloats > 0, following.pipeline.isReady,
-            let duration = durationMS, duration > 0
-        else { return false }
-        let end = 2 * MediaTime.samples(ms: duration)
+    /// a fade is asked for, and this track (at `position`) ends within it — at `end` floats (its
+    /// cue-out), else at `durationMS`.
+    func fadeBegins(position: Int64, durationMS: Int64?, end cueOut: Int64? = nil) -> Bool {
+        guard fade == nil, let following, following.fadeFloats > 0, following.pipeline.isReady else { return false }
+        let end: Int64
+        if let cueOut {
+            end = cueOut
+        } else {
+            guard let duration = durationMS, duration > 0 else { return false }
+            end = 2 * MediaTime.samples(ms: duration)
+        }
         return position + Int64(OpusEncoder.frameFloats) > end - Int64(following.fadeFloats)
     }
 

@@ -126,7 +126,7 @@ extension EngineSession {
         if nextPlayID == next.playID { nextPlayID = nil }
         url = next.url
         metadata = next.metadata
-        restartPosition(atMS: 0)
+        restartPosition(atMS: next.startMS)
         ready(
             id, next.playID, url: next.url, info: info, displayName: next.source?.displayName, passthrough: passthrough,
             into: &batch)

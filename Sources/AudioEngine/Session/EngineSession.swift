@@ -46,6 +46,9 @@ struct EngineSession {
     /// `deadlineMS` (wall clock) if it fell behind and has not reached it.
     var handOver: (positionMS: Int64, deadlineMS: Int64)?
 
+    /// Cue points in joins, kept across plays; off for a new session.
+    var cue = false
+
     init(normalize: Bool) { self.normalize = normalize }
 
     /// The `finished` events owed when the session's play ends for `reason`: the play faded out
@@ -189,7 +192,7 @@ struct EngineSession {
             sessionID: id, state: machine.state, playID: machine.playID, url: url, title: title,
             thumbnail: metadata?.thumbnail, durationMS: durationMS, positionMS: positionMS, volume: volume,
             passthrough: passthrough, frames: counters, filters: filters.isEmpty ? nil : filters, normalize: normalize,
-            startAtMS: startAtMS,
+            cue: cue, startAtMS: startAtMS,
             complexity: playback != nil && !passthrough && machine.state == .streaming ? Int(complexity) : nil)
     }
 }

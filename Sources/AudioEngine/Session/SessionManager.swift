@@ -68,7 +68,7 @@ package final class SessionManager: Sendable {
     /// Starts playing `url` on `sessionID`, replacing whatever that session played.
     package func play(
         sessionID: SessionID, url: String, startMS: Int64 = 0, volume: Int? = nil, filters: Filters? = nil,
-        normalize: Bool? = nil, startAtMS: Int64? = nil
+        normalize: Bool? = nil, startAtMS: Int64? = nil, cue: Bool? = nil
     ) throws(APIError) -> PlayStarted {
         guard (0...MediaTime.maxMS).contains(startMS) else {
             throw .badRequest("invalid_position", "\"start_ms\" must be from 0 to \(MediaTime.maxMS), got \(startMS)")
@@ -101,9 +101,10 @@ package final class SessionManager: Sendable {
             if let volume { session.volume = volume }
             if let filters { session.filters = filters }
             if let normalize { session.normalize = normalize }
+            if let cue { session.cue = cue }
             let playback = Playback(
                 sessionID: sessionID, playID: state.nextPlayID, url: url, startMS: startMS, volume: session.volume,
-                filters: session.filters, normalize: session.normalize, loudnessTarget: configuration.loudnessTarget,
+                filters: session.filters, normalize: session.normalize, cue: session.cue, loudnessTarget: configuration.loudnessTarget,
                 source: ready)
             state.nextPlayID += 1
             let started = session.start(playback, sessionID, url: url, startMS: startMS, metadata: ready?.metadata)
@@ -346,6 +347,14 @@ package final class SessionManager: Sendable {
         try reshape(sessionID) { session, _ in
             session.normalize = enabled
             session.playback?.setNormalize(enabled)
+        }
+    }
+
+    /// Turns cue points on or off for the session: the next join uses them (or not).
+    func setCue(sessionID: SessionID, enabled: Bool) throws(APIError) -> SessionInfo {
+        try reshape(sessionID) { session, _ in
+            session.cue = enabled
+            session.playback?.setCue(enabled)
         }
     }
 
