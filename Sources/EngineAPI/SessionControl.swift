@@ -11,6 +11,7 @@ public enum SessionControl: Sendable, Equatable, CustomStringConvertible {
     case volume(Int)
     case filters(Filters)
     case normalize(Bool)
+    case cue(Bool)
 
     /// The last path segment of the control's route.
     public var name: String {
@@ -22,6 +23,7 @@ public enum SessionControl: Sendable, Equatable, CustomStringConvertible {
         case .volume: "volume"
         case .filters: "filters"
         case .normalize: "normalize"
+        case .cue: "cue"
         }
     }
 
@@ -33,7 +35,7 @@ public enum SessionControl: Sendable, Equatable, CustomStringConvertible {
         case .seek(let positionMS, let playID): SeekRequest(positionMS: positionMS, playID: playID)
         case .volume(let volume): VolumeRequest(volume: volume)
         case .filters(let filters): filters
-        case .normalize(let enabled): NormalizeRequest(enabled: enabled)
+        case .normalize(let enabled), .cue(let enabled): NormalizeRequest(enabled: enabled)
         }
     }
 
@@ -48,7 +50,7 @@ public enum SessionControl: Sendable, Equatable, CustomStringConvertible {
             case .volume(let volume): [("volume", "\(volume)")]
             case .filters(let filters):
                 filters.equalizer.map { ("equalizer", "\($0.band):\($0.gain)") } + filters.othersSet.map { ("filter", $0) }
-            case .normalize(let enabled): [("enabled", "\(enabled)")]
+            case .normalize(let enabled), .cue(let enabled): [("enabled", "\(enabled)")]
             }
         return ([name] + fields.map { "\($0.0)=\($0.1)" }).joined(separator: " ")
     }

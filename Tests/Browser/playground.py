@@ -238,6 +238,11 @@ def queue(browser, url, _):
     a.page.select_option("#crossfade", "2000")
     check(wait(lambda: a.page.evaluate("tonearm.state.crossfade_ms") == 2000, 3), "the crossfade is set to 2 s")
     check(wait(lambda: second.input_value("#crossfade") == "2000", 3), "the other tab shows the crossfade")
+    # Cue points: off for a new session, ticked on the page, kept by the session, shown in every tab.
+    check(not a.page.is_checked("#cue") and a.page.evaluate("tonearm.state.cue") is False, "cue points start off")
+    a.page.check("#cue")
+    check(wait(lambda: a.page.evaluate("tonearm.state.cue") is True, 3), "ticked, the session has cue points on")
+    check(wait(lambda: second.is_checked("#cue"), 3), "the other tab shows them on")
 
 
 TITLE_JS = """async ([from, to]) => {

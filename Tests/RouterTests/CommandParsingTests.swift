@@ -32,6 +32,7 @@ import Testing
         #expect(try command("loop", #"{"mode":"queue"}"#) == .loop(.queue))
         #expect(try command("normalize", #"{"enabled":false}"#) == .normalize(false))
         #expect(try command("normalize", #"{"enabled":true}"#) == .normalize(true))
+        #expect(try command("cue", #"{"enabled":true}"#) == .cue(true))
         #expect(
             try command("filters", #"{"equalizer":[{"band":8,"gain":0.25}]}"#)
                 == .filters(Filters(equalizer: [EqualizerBand(band: 8, gain: 0.25)])))
@@ -48,7 +49,7 @@ import Testing
             #expect(try command(name, #"{"ignored":true}"#) == expected)
         }
         #expect(try command("crossfade", #"{"crossfade_ms":3000}"#) == .crossfade(milliseconds: 3000))
-        #expect(Set(CommandParsing.names).count == 17)
+        #expect(Set(CommandParsing.names).count == 18)
     }
 
     @Test func refusalsNameTheField() {
@@ -63,6 +64,7 @@ import Testing
         #expect(refusal("volume", "[1]")?.code == "invalid_json")
         #expect(refusal("normalize", "{}")?.code == "missing_enabled")
         #expect(refusal("normalize", #"{"enabled":"yes"}"#)?.code == "invalid_enabled")
+        #expect(refusal("cue", "{}")?.code == "missing_enabled")
         #expect(refusal("volume", "not json")?.code == "invalid_json")
         // Filters: an entry without a field, a wrong type, a number no field holds — all in words.
         let noGain = refusal("filters", #"{"equalizer":[{"band":3}]}"#)

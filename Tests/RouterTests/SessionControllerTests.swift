@@ -61,7 +61,8 @@ final class ScriptedEngine: EngineControl {
     }
 
     func play(
-        _ id: SessionID, url: String, startMS: Int64?, startAtMS: Int64?, volume: Int, filters: Filters, normalize: Bool
+        _ id: SessionID, url: String, startMS: Int64?, startAtMS: Int64?, volume: Int, filters: Filters, normalize: Bool,
+        cue: Bool
     ) async throws(APIError) -> UInt64 {
         await gate("play:" + url)
         let playID = state.withLockedValue { state -> UInt64? in

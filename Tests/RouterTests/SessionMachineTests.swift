@@ -19,7 +19,7 @@ import WireProtocol
             switch action {
             case .call(let call):
                 switch call.kind {
-                case .play(let url, let startMS, _, _, _, _, let generation): "play \(url) from \(startMS ?? 0) g\(generation)"
+                case .play(let url, let startMS, _, _, _, _, _, let generation): "play \(url) from \(startMS ?? 0) g\(generation)"
                 case .control(let control, _): "control \(control.name)"
                 case .next(let ask): "next \(ask.url ?? "none") after \(ask.after)"
                 }

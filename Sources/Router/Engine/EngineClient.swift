@@ -23,7 +23,8 @@ protocol EngineControl: Sendable {
     /// Starts `url` on the session, replacing its current play; answers the engine's play id.
     /// With `startAtMS` (wall-clock ms) its first frame goes out then, not before (a hand-over).
     func play(
-        _ id: SessionID, url: String, startMS: Int64?, startAtMS: Int64?, volume: Int, filters: Filters, normalize: Bool
+        _ id: SessionID, url: String, startMS: Int64?, startAtMS: Int64?, volume: Int, filters: Filters, normalize: Bool,
+        cue: Bool
     ) async throws(APIError) -> UInt64
     /// Schedules the session's play to end at wall-clock `atMS`, where another pair's engine
     /// takes it over; answers the position that engine starts at.
@@ -60,10 +61,12 @@ struct EngineClient: EngineControl {
     }
 
     func play(
-        _ id: SessionID, url: String, startMS: Int64?, startAtMS: Int64?, volume: Int, filters: Filters, normalize: Bool
+        _ id: SessionID, url: String, startMS: Int64?, startAtMS: Int64?, volume: Int, filters: Filters, normalize: Bool,
+        cue: Bool
     ) async throws(APIError) -> UInt64 {
         let body = Self.json(
-            PlayRequest(url: url, startMS: startMS, volume: volume, filters: filters, normalize: normalize, startAtMS: startAtMS))
+            PlayRequest(
+                url: url, startMS: startMS, volume: volume, filters: filters, normalize: normalize, startAtMS: startAtMS, cue: cue))
         let reply = try await send(.POST, "/session/\(Self.segment(id))/play", body: body)
         return try Self.decode(PlayStarted.self, reply).playID
     }

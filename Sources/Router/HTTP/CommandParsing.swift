@@ -55,7 +55,7 @@ enum CommandParsing {
     /// Every command's name, as REST paths and WebSocket `op`s spell it.
     static let names = [
         "play", "queue", "remove", "clear", "jump", "next", "previous", "pause", "resume", "stop", "seek", "volume",
-        "filters", "normalize", "crossfade", "loop", "shuffle",
+        "filters", "normalize", "cue", "crossfade", "loop", "shuffle",
     ]
 
     /// The command `name` with its arguments.
@@ -78,6 +78,7 @@ enum CommandParsing {
         case "volume": return .volume(try required(json.volume, "volume"))
         case "filters": return .filters(json.filters)
         case "normalize": return .normalize(try required(json.enabled, "enabled"))
+        case "cue": return .cue(try required(json.enabled, "enabled"))
         case "crossfade": return .crossfade(milliseconds: try required(json.crossfade_ms, "crossfade_ms"))
         case "loop":
             guard let raw = json.mode, let mode = LoopMode(rawValue: raw) else {

@@ -18,6 +18,8 @@ enum SessionCommand: Sendable, Equatable {
     case filters(Filters)
     /// Loudness normalisation on or off.
     case normalize(Bool)
+    /// Cue points in joins on or off.
+    case cue(Bool)
     /// How long each track is mixed into the next (0: they join on the sample).
     case crossfade(milliseconds: Int)
     case loop(LoopMode)
@@ -27,7 +29,7 @@ enum SessionCommand: Sendable, Equatable {
     var mayStartPlay: Bool {
         switch self {
         case .play, .enqueue, .jump, .next, .previous, .resume: true
-        case .remove, .clear, .pause, .stop, .seek, .volume, .filters, .normalize, .crossfade, .loop, .shuffle: false
+        case .remove, .clear, .pause, .stop, .seek, .volume, .filters, .normalize, .cue, .crossfade, .loop, .shuffle: false
         }
     }
 }

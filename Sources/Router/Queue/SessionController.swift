@@ -180,10 +180,11 @@ actor SessionController {
     private func answer(_ call: SessionMachine.Call) async -> Result<UInt64?, APIError> {
         do throws(APIError) {
             switch call.kind {
-            case .play(let url, let startMS, let startAtMS, let volume, let filters, let normalize, _):
+            case .play(let url, let startMS, let startAtMS, let volume, let filters, let normalize, let cue, _):
                 return .success(
                     try await engine.play(
-                        id, url: url, startMS: startMS, startAtMS: startAtMS, volume: volume, filters: filters, normalize: normalize))
+                        id, url: url, startMS: startMS, startAtMS: startAtMS, volume: volume, filters: filters, normalize: normalize,
+                        cue: cue))
             case .control(let control, _):
                 try await engine.control(id, control)
                 return .success(nil)

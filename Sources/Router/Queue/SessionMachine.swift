@@ -48,7 +48,8 @@ struct SessionMachine: Sendable {
     struct Call: Sendable {
         enum Kind: Sendable {
             case play(
-                url: String, startMS: Int64?, startAtMS: Int64?, volume: Int, filters: Filters, normalize: Bool, generation: UInt64)
+                url: String, startMS: Int64?, startAtMS: Int64?, volume: Int, filters: Filters, normalize: Bool, cue: Bool,
+                generation: UInt64)
             case control(SessionControl, then: AfterControl)
             case next(NextAsk.Ask)
         }
@@ -64,6 +65,7 @@ struct SessionMachine: Sendable {
         case volume(Int)
         case filters(Filters)
         case normalize(Bool)
+        case cue(Bool)
     }
 
     indirect enum Origin: Sendable {
@@ -129,7 +131,7 @@ struct SessionMachine: Sendable {
             sessionID: id.description, status: "\(queue.status)", current: queue.current,
             nowPlaying: queue.currentTrack, queue: queue.tracks, positionMS: position(at: now),
             durationMS: queue.currentTrack?.durationMS, volume: snapshot.volume, filters: snapshot.filters,
-            normalize: snapshot.normalize, crossfadeMS: snapshot.crossfadeMS,
+            normalize: snapshot.normalize, cue: snapshot.cue, crossfadeMS: snapshot.crossfadeMS,
             paused: queue.status == .paused, loop: queue.loop, resolving: lookups.pending)
     }
 
@@ -238,6 +240,8 @@ extension SessionMachine {
             setting(.filters(filters), .filters(filters), origin, &step)
         case .normalize(let enabled):
             setting(.normalize(enabled), .normalize(enabled), origin, &step)
+        case .cue(let enabled):
+            setting(.cue(enabled), .cue(enabled), origin, &step)
         case .crossfade(let milliseconds):
             guard (0...NextRequest.maxCrossfadeMS).contains(milliseconds) else {
                 return complete(
@@ -397,7 +401,7 @@ extension SessionMachine {
             startsInFlight += 1
             let play = Call.Kind.play(
                 url: track.url, startMS: startMS, startAtMS: startAtMS, volume: snapshot.volume, filters: snapshot.filters,
-                normalize: snapshot.normalize, generation: generation)
+                normalize: snapshot.normalize, cue: snapshot.cue, generation: generation)
             call(play, origin, &step)
         case .stop:
             snapshot.playID = nil
@@ -448,7 +452,7 @@ extension SessionMachine {
 
     private mutating func answered(_ call: Call, _ result: Result<UInt64?, APIError>, _ step: inout Step) {
         switch call.kind {
-        case .play(_, _, _, _, _, _, let generation):
+        case .play(_, _, _, _, _, _, _, let generation):
             startsInFlight -= 1
             guard case .success(let answer) = result, let playID = answer else {
                 let error = if case .failure(let error) = result { error } else { APIError.internalError }
@@ -498,6 +502,8 @@ extension SessionMachine {
             snapshot.filters = filters
         case .normalize(let enabled):
             snapshot.normalize = enabled
+        case .cue(let enabled):
+            snapshot.cue = enabled
         }
         changed(&step)
         complete(origin, .success(()), &step)

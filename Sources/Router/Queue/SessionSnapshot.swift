@@ -8,6 +8,8 @@ struct SessionSnapshot: Sendable, Equatable, Codable {
     var filters = Filters()
     /// Loudness normalisation: on for a new session (and for one stored before it existed).
     var normalize = true
+    /// Cue points in joins: off for a new session (and for one stored before it existed).
+    var cue = false
     /// How long each track is mixed into the next, in ms (0: gapless).
     var crossfadeMS = 0
     var positionMS: Int64 = 0
@@ -22,7 +24,7 @@ struct SessionSnapshot: Sendable, Equatable, Codable {
     var startAtMS: Int64?
 
     enum CodingKeys: String, CodingKey {
-        case queue, volume, filters, normalize
+        case queue, volume, filters, normalize, cue
         case startAtMS = "start_at_ms"
         case crossfadeMS = "crossfade_ms"
         case positionMS = "position_ms"
@@ -39,6 +41,7 @@ extension SessionSnapshot {
         volume = try container.decode(Int.self, forKey: .volume)
         filters = try container.decodeIfPresent(Filters.self, forKey: .filters) ?? Filters()
         normalize = try container.decodeIfPresent(Bool.self, forKey: .normalize) ?? true
+        cue = try container.decodeIfPresent(Bool.self, forKey: .cue) ?? false
         crossfadeMS = try container.decodeIfPresent(Int.self, forKey: .crossfadeMS) ?? 0
         positionMS = try container.decode(Int64.self, forKey: .positionMS)
         playID = try container.decodeIfPresent(UInt64.self, forKey: .playID)

@@ -19,6 +19,9 @@ struct SessionView: Sendable, Equatable, Codable {
     var filters: Filters
     /// Whether tracks are brought to the engine's target loudness.
     var normalize: Bool
+    /// Whether joins go from a track's cue-out to the next one's cue-in (skipping the silence at
+    /// the ends of files).
+    var cue: Bool
     /// How long each track is mixed into the next, in ms; 0 joins them on the sample (gapless).
     var crossfadeMS: Int
     var paused: Bool
@@ -30,7 +33,7 @@ struct SessionView: Sendable, Equatable, Codable {
     var clients: Int?
 
     enum CodingKeys: String, CodingKey {
-        case type, status, current, queue, volume, filters, normalize, paused, loop, clients, resolving
+        case type, status, current, queue, volume, filters, normalize, cue, paused, loop, clients, resolving
         case sessionID = "session_id"
         case nowPlaying = "now_playing"
         case positionMS = "position_ms"

@@ -20,7 +20,7 @@ def test_every_slash_command_is_registered_with_its_options():
     commands = {command.name: command for command in bot.tree.get_commands()}
     assert set(commands) == {
         "play", "queue", "skip", "previous", "pause", "resume", "stop", "shuffle", "seek", "volume", "loop",
-        "remove", "nowplaying", "leave", "equalizer", "effect", "normalize", "crossfade", "over",
+        "remove", "nowplaying", "leave", "equalizer", "effect", "normalize", "crossfade", "over", "cue",
     }
     assert [p.name for p in commands["play"].parameters] == ["query"]
     assert [p.name for p in commands["skip"].parameters] == []
@@ -30,6 +30,7 @@ def test_every_slash_command_is_registered_with_its_options():
     assert "bass boost" in [c.value for c in commands["equalizer"].parameters[0].choices]
     assert "8D" in [c.value for c in commands["effect"].parameters[0].choices]
     assert [p.name for p in commands["normalize"].parameters] == ["on"]
+    assert [p.name for p in commands["cue"].parameters] == ["on"]
     over = commands["over"].parameters
     assert [p.name for p in over] == ["query", "volume"] and not over[1].required
     assert (over[1].min_value, over[1].max_value) == (0, 1000)

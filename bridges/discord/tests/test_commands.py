@@ -86,6 +86,12 @@ def test_every_command_against_the_router(cluster):
                 assert (await link.command("state"))["normalize"] is False
                 assert await commands.normalize(True) == "Every track at the same loudness."
                 assert (await link.command("state"))["normalize"] is True
+                assert (await link.command("state"))["cue"] is False
+                assert await commands.cue(True) == (
+                    "Tracks join where the music ends and begins, without the silence between them.")
+                assert (await link.command("state"))["cue"] is True
+                assert await commands.cue(False) == "Tracks play to their very ends."
+                assert (await link.command("state"))["cue"] is False
                 assert (await link.command("state"))["crossfade_ms"] == 0
                 assert await commands.crossfade(2.5) == "Each track fades into the next over 2.5 s."
                 assert (await link.command("state"))["crossfade_ms"] == 2500

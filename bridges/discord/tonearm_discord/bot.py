@@ -236,6 +236,10 @@ def register_commands(bot: TonearmBot) -> None:
     async def normalize(interaction: discord.Interaction, on: bool) -> None:
         await answer(interaction, lambda: guild_commands(interaction).normalize(on))
 
+    @tree.command(description="Skip the silence at the ends of tracks, so each joins the next where the music is (on) or not (off)")
+    async def cue(interaction: discord.Interaction, on: bool) -> None:
+        await answer(interaction, lambda: guild_commands(interaction).cue(on))
+
     @tree.command(description="Fade each track into the next over 1 to 12 seconds, or 0 for none (gapless)")
     async def crossfade(interaction: discord.Interaction, seconds: app_commands.Range[float, 0, 12]) -> None:
         await answer(interaction, lambda: guild_commands(interaction).crossfade(seconds))

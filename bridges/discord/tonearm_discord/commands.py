@@ -193,6 +193,11 @@ class Commands:
         await self.link.command("normalize", enabled=on)
         return "Every track at the same loudness." if on else "Tracks at their own loudness."
 
+    async def cue(self, on: bool) -> str:
+        await self.link.command("cue", enabled=on)
+        return ("Tracks join where the music ends and begins, without the silence between them." if on
+                else "Tracks play to their very ends.")
+
     async def crossfade(self, seconds: float) -> str:
         """0 joins each track to the next on the sample; up to 12 s fades one into the other."""
         if not 0 <= seconds <= 12:

@@ -126,8 +126,10 @@ $("filters-json").onsubmit = (event) => {
   run("filters", filters);
 };
 $("normalize").onchange = () => run("normalize", { enabled: $("normalize").checked });
+$("cue").onchange = () => run("cue", { enabled: $("cue").checked });
 function renderEffects() {
   if (document.activeElement !== $("normalize")) $("normalize").checked = state.normalize !== false;
+  if (document.activeElement !== $("cue")) $("cue").checked = state.cue === true;
   const current = canonical(effects());
   if (document.activeElement !== $("effect")) {
     $("effect").value = Object.keys(EFFECTS).find((name) => canonical(EFFECTS[name]) === current) ?? "custom";

@@ -1,16 +1,45 @@
-// Layers through the Router: a bot lays a sound over its guild's music with one WebSocket
-// command, and every client of the session — the bot and a playground tab — hears it in the same
-// stream, with its events in order; the REST calls refuse what they must.
+// Layers and cue points through the Router: a bot lays a sound over its guild's music with one
+// WebSocket command, and every client of the session — the bot and a playground tab — hears it in
+// the same stream, with its events in order; the REST calls refuse what they must. With `cue` on,
+// a queue of files padded with silence plays as one sound.
 import AsyncHTTPClient
 import Foundation
 import NIOHTTP1
 import TestSupport
 import Testing
 
-@Suite(.serialized, .timeLimit(.minutes(3))) struct RouterLayerEndToEndTests {
+@Suite(.serialized, .timeLimit(.minutes(3))) struct RouterSoundEndToEndTests {
     /// The mean level of `frequency` in the last `frames` packets.
     static func level(_ frequency: Double, lastFrames frames: Int, of listener: SessionListener) throws -> Double {
         Spectrum.level(at: frequency, try decodeLeft(listener.audio().suffix(frames).map(\.packet)))
+    }
+
+    /// `cue` through the Router: a queue of two tracks with 2 s of silence at each end and a
+    /// fade-out plays as one sound to a bot, its state says so, and a new session has it off.
+    @Test func theCueCommandJoinsTheQueueWithoutTheSilenceAtTheEndsOfFiles() async throws {
+        let cluster = try TonearmCluster(tones: [])
+        try CueEndToEndTests.padded(440, into: cluster.mediaDirectory, name: "a.mp3", opus: false)
+        try CueEndToEndTests.padded(880, into: cluster.mediaDirectory, name: "b.mp3", opus: false)
+        try await cluster.startBoth()
+        defer { Task { [cluster] in await cluster.stop() } }
+        let session = "guild-cue"
+        #expect(try await cluster.state(session)["cue"] as? Bool == false, "off for a new session")
+        let bot = SessionListener(session: session, routerPort: cluster.routerPort, bot: true)
+        #expect(await eventually { bot.isConnected })
+        try await bot.send(#"{"op":"cue","enabled":true,"id":1}"#)
+        #expect((await bot.reply(1))?["state"].flatMap { ($0 as? [String: Any])?["cue"] as? Bool } == true)
+        #expect(try await cluster.call(.POST, "/api/sessions/\(session)/normalize", #"{"enabled":false}"#).status == 200)
+        for name in ["a.mp3", "b.mp3"] {
+            #expect(try await cluster.call(.POST, "/api/sessions/\(session)/queue", #"{"url":"\#(name)"}"#).status == 200)
+        }
+        // a's 7 s with its last 2 s cut, b from its cue-in: both finished within about 10 s.
+        #expect(await eventually(timeout: .seconds(15)) {
+            bot.events().filter { $0["type"] as? String == "finished" && $0["reason"] as? String == "finished" }.count >= 2
+        })
+        let quiet = try CueEndToEndTests.longestQuietMS(bot.audio().map(\.packet))
+        #expect(quiet <= 50, "a quiet window of \(quiet) ms between the two tracks")
+        #expect(try await cluster.state(session)["cue"] as? Bool == true)
+        bot.close()
     }
 
     static func code(_ json: [String: Any]) -> String? { (json["error"] as? [String: Any])?["code"] as? String }
