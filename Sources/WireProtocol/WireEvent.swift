@@ -62,11 +62,12 @@ public struct WireEvent: Hashable, Sendable, Codable {
         public static let message = 1_024
         public static let url = 4_096
         public static let title = 1_024
+        public static let artist = 1_024
     }
 
     /// An upper bound on a line's length: every string at its limit and every byte escaped as
     /// `\u00XX` (6 bytes), plus the keys, numbers and punctuation. Inside `WireFormat.maxFrameLength`.
-    public static let maxLineBytes = 6 * (Limit.code + Limit.message + Limit.url + Limit.title) + 1_024
+    public static let maxLineBytes = 6 * (Limit.code + Limit.message + Limit.url + Limit.title + Limit.artist) + 1_024
 
     public var type: EventType
     public var sessionID: SessionID
@@ -76,6 +77,8 @@ public struct WireEvent: Hashable, Sendable, Codable {
     public var message: String? { didSet { message = Self.bounded(message, Limit.message) } }
     public var url: String? { didSet { url = Self.bounded(url, Limit.url) } }
     public var title: String? { didSet { title = Self.bounded(title, Limit.title) } }
+    /// `ready` only: the track's artist, when its tags (or the page it came from) say.
+    public var artist: String? { didSet { artist = Self.bounded(artist, Limit.artist) } }
     public var durationMS: Int64?
     public var positionMS: Int64?
     public var volume: Int?
@@ -89,8 +92,9 @@ public struct WireEvent: Hashable, Sendable, Codable {
         type: EventType, sessionID: SessionID, playID: UInt64? = nil, reason: FinishReason? = nil,
         code: String? = nil, message: String? = nil, url: String? = nil, title: String? = nil,
         durationMS: Int64? = nil, positionMS: Int64? = nil, volume: Int? = nil, passthrough: Bool? = nil,
-        load: LoadReport? = nil, layerID: UInt64? = nil
+        load: LoadReport? = nil, layerID: UInt64? = nil, artist: String? = nil
     ) {
+        self.artist = Self.bounded(artist, Limit.artist)
         self.type = type
         self.sessionID = sessionID
         self.playID = playID
@@ -111,7 +115,7 @@ public struct WireEvent: Hashable, Sendable, Codable {
         case type
         case sessionID = "session_id"
         case playID = "play_id"
-        case reason, code, message, url, title
+        case reason, code, message, url, title, artist
         case durationMS = "duration_ms"
         case positionMS = "position_ms"
         case volume, passthrough, load

@@ -119,7 +119,11 @@ import Testing
     /// the gapless join (opusdec, which follows chains), the sound never stops and the tone
     /// changes from 440 to 660 Hz.
     @Test func eachNewTrackBeginsAChainedStreamWithItsTitle() async throws {
-        let cluster = try TonearmCluster(tones: [440, 660], seconds: 3)
+        let cluster = try TonearmCluster(tones: [440], seconds: 3)
+        // The second track names its artist in its tags: the stream it begins carries it too.
+        try MediaFixture.ffmpeg(
+            ["-f", "lavfi", "-i", "sine=frequency=660:duration=3", "-ac", "2", "-metadata", "artist=The Tone Makers",
+             cluster.mediaDirectory + "/tone-660.mp3"])
         try cluster.startEngine()
         try cluster.startRouter()
         defer { Task { [cluster] in await cluster.stop() } }
@@ -147,9 +151,18 @@ import Testing
         // Beside it, a listener that asked for no chains (`chain=0`) gets one stream throughout.
         async let chained = record("")
         async let unchained = record("chain=0&")
+        // And one who arrives a second into the first track (after its `progress`) still gets its title.
+        async let late: Data = {
+            try await Task.sleep(for: .milliseconds(1_200))
+            return try await record("")
+        }()
         let file = cluster.directory.file("chained.ogg"), single = cluster.directory.file("single.ogg")
+        let lateFile = cluster.directory.file("late.ogg")
         try await chained.write(to: URL(fileURLWithPath: file))
         try await unchained.write(to: URL(fileURLWithPath: single))
+        try await late.write(to: URL(fileURLWithPath: lateFile))
+        let lateTitles = try Self.run(["opusinfo", lateFile]).split(separator: "\n").filter { $0.lowercased().contains("title=") }
+        #expect(lateTitles.first?.contains("440") == true, "a late listener's titles: \(lateTitles)")
         let one = try Self.run(["opusinfo", single])
         #expect(one.components(separatedBy: "New logical stream").count - 1 == 1, "chain=0: \(one)")
 
@@ -157,6 +170,8 @@ import Testing
         #expect(report.components(separatedBy: "New logical stream").count - 1 == 2, "opusinfo: \(report)")
         let titles = report.split(separator: "\n").filter { $0.lowercased().contains("title=") }
         #expect(titles.count == 2 && titles.last?.contains("660") == true, "titles: \(titles)")
+        let artists = report.split(separator: "\n").filter { $0.lowercased().contains("artist=") }
+        #expect(artists.count == 1 && artists.first?.contains("The Tone Makers") == true, "artists: \(artists)")
         for problem in ["CRC", "corrupt", "hole in data", "Invalid", "sequence"] {
             #expect(!report.contains(problem), "opusinfo: \(report)")
         }

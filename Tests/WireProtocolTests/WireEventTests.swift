@@ -52,8 +52,9 @@ import WireProtocol
     func everyStringIsBoundedSoALineAlwaysFitsTheWire(text: String) throws {
         var event = WireEvent(
             type: .ready, sessionID: try SessionID("guild"), playID: .max, code: text, message: text, url: text,
-            title: text, durationMS: .max, positionMS: .min, volume: .min, passthrough: true)
+            title: text, durationMS: .max, positionMS: .min, volume: .min, passthrough: true, layerID: .max, artist: text)
         event.title = text  // set after init too
+        event.artist = text
         var buffer = ByteBuffer()
         let written = buffer.writeEvent(event)
         #expect(written <= WireEvent.maxLineBytes)
@@ -64,6 +65,7 @@ import WireProtocol
             return
         }
         #expect((decoded.title?.utf8.count ?? .max) <= WireEvent.Limit.title)
+        #expect((decoded.artist?.utf8.count ?? .max) <= WireEvent.Limit.artist)
         #expect((decoded.url?.utf8.count ?? .max) <= WireEvent.Limit.url)
         #expect(decoded.title?.hasSuffix("…") == true)
         #expect(decoded.url.map { text.hasPrefix($0.dropLast()) } == true)

@@ -108,7 +108,7 @@ final class MediaDemuxer: PacketSource {
         let parameters = audio.parameters.pointee
         let duration = format.pointee.duration
         let channels = Int(parameters.ch_layout.nb_channels)
-        info = MediaInfo(
+        var info = MediaInfo(
             title: Self.metadata("title", format.pointee.metadata) ?? Self.metadata("title", found.pointee.metadata),
             durationMS: duration > 0 ? MediaTime.clamped(duration / 1000) : nil,
             codec: String(cString: avcodec_get_name(parameters.codec_id)),
@@ -116,6 +116,8 @@ final class MediaDemuxer: PacketSource {
             channels: channels,
             isOpusStereo48k: parameters.codec_id == AV_CODEC_ID_OPUS && parameters.sample_rate == 48_000 && channels == 2,
             taggedLoudness: Self.taggedLoudness { Self.metadata($0, found.pointee.metadata) ?? Self.metadata($0, format.pointee.metadata) })
+        info.artist = Self.metadata("artist", format.pointee.metadata) ?? Self.metadata("artist", found.pointee.metadata)
+        self.info = info
         // (A throw from here on runs deinit, which closes the format.)
         guard (0...Self.maxChannels).contains(info.channels), (0...Self.maxSampleRate).contains(info.sampleRate) else {
             throw MediaError(

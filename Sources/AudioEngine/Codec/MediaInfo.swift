@@ -6,6 +6,8 @@ import Foundation
 /// What the container says about a source.
 public struct MediaInfo: Sendable, Equatable {
     public var title: String?
+    /// The container's or the stream's `artist` tag.
+    public var artist: String? = nil
     public var durationMS: Int64?
     public var codec: String
     public var sampleRate: Int

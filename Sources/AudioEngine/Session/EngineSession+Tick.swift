@@ -111,7 +111,8 @@ extension EngineSession {
         batch.append(
             WireEvent(
                 type: .ready, sessionID: id, playID: playID, url: url, title: title, durationMS: durationMS,
-                positionMS: positionMS, volume: volume, passthrough: passthrough))
+                positionMS: positionMS, volume: volume, passthrough: passthrough,
+                artist: info.artist ?? metadata?.uploader))
     }
 
     /// The next play joined the current one: it is the session's play, `ready` says so, and the

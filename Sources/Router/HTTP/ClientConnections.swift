@@ -221,7 +221,8 @@ struct ClientConnections {
                 channel.eventLoop.scheduleTask(in: closeGrace) { channel.close(promise: nil) }
             }
         }
-        let title = store.findBySessionId(id)?.lastEvent?.title
+        let last = store.findBySessionId(id)?.lastTrackStart
+        let title = last?.title, artist = last?.artist
         var headers = HTTPFields()
         headers[.contentType] = "audio/ogg"
         headers[.cacheControl] = "no-store"
@@ -237,21 +238,25 @@ struct ClientConnections {
                 var ogg = OggOpusWriter()
                 // The headers go with the first packet, so a listener that arrives before the
                 // first track begins gets its title in them rather than an empty first stream.
-                var title = title
+                var (title, artist) = (title, artist)
                 var begun = false
                 try await withGracefulShutdownHandler {
                     for await message in subscription.messages {
                         switch message {
                         case .audio(let packet):
                             if !begun {
-                                try await writer.write(ogg.headers(title: title))
+                                try await writer.write(ogg.headers(title: title, artist: artist))
                                 begun = true
                             }
                             try await writer.write(ogg.page(for: packet))
                         case .event(let line):
                             // `ready` comes just before its play's first packet (docs/wire-protocol.md).
                             guard chains || !begun, let ready = Self.trackStart(line) else { continue }
-                            if begun { try await writer.write(ogg.chain(title: ready.title)) } else { title = ready.title }
+                            if begun {
+                                try await writer.write(ogg.chain(title: ready.title, artist: ready.artist))
+                            } else {
+                                (title, artist) = (ready.title, ready.artist)
+                            }
                         }
                     }
                 } onGracefulShutdown: {

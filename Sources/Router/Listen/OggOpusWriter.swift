@@ -19,7 +19,7 @@ struct OggOpusWriter {
     }
 
     /// The two header pages: OpusHead (beginning of stream) and OpusTags.
-    mutating func headers(title: String?) -> ByteBuffer {
+    mutating func headers(title: String?, artist: String? = nil) -> ByteBuffer {
         var head = ByteBuffer()
         head.writeString("OpusHead")
         head.writeInteger(UInt8(1))  // version
@@ -33,7 +33,7 @@ struct OggOpusWriter {
         let vendor = "Tonearm"
         tags.writeInteger(UInt32(vendor.utf8.count), endianness: .little)
         tags.writeString(vendor)
-        let comments = title.map { ["title=\($0)"] } ?? []
+        let comments = [title.map { "title=\($0)" }, artist.map { "artist=\($0)" }].compactMap { $0 }
         tags.writeInteger(UInt32(comments.count), endianness: .little)
         for comment in comments {
             tags.writeInteger(UInt32(comment.utf8.count), endianness: .little)
@@ -48,7 +48,7 @@ struct OggOpusWriter {
     /// Ends this logical stream (a page without packets, marked end of stream) and begins the
     /// next one: a new serial, its pages and granule from 0, its headers with `title`. Put just
     /// before the new track's first packet.
-    mutating func chain(title: String?) -> ByteBuffer {
+    mutating func chain(title: String?, artist: String? = nil) -> ByteBuffer {
         var out = ByteBuffer()
         writePage(nil, flags: 0x04, granule: granule, into: &out)
         var next = UInt32.random(in: 1...UInt32.max)
@@ -56,7 +56,7 @@ struct OggOpusWriter {
         serial = next
         sequence = 0
         granule = 0
-        var headers = headers(title: title)
+        var headers = headers(title: title, artist: artist)
         out.writeBuffer(&headers)
         return out
     }

@@ -39,7 +39,8 @@ package final class SessionStore: Sendable {
         /// The sink subscribers grouped by event loop, rebuilt when one comes or goes.
         var loops: [LoopGroup] = []
         var framesRouted: UInt64 = 0
-        var lastEvent: WireEvent?
+        /// The `ready` of the track playing (its title and artist, for a listener who arrives mid-track).
+        var lastTrackStart: WireEvent?
         /// When the last client left (or the session became known).
         var lastSeen = ContinuousClock.now
         /// A session just handed over from another pair: its first frames here, for the clients
@@ -327,7 +328,7 @@ package final class SessionStore: Sendable {
         slow: inout [(Subscriber, String)]
     ) {
         let isFrame = event == nil
-        if let event { entry.lastEvent = event }
+        if let event, event.type == .ready { entry.lastTrackStart = event }
         var index = entry.subscribers.startIndex
         while index != entry.subscribers.endIndex {
             defer { index = entry.subscribers.index(after: index) }
