@@ -32,7 +32,17 @@ struct LayerCommands: Sendable {
     /// Ends a layer now.
     func remove(_ layerID: UInt64, on id: SessionID) async throws(APIError) -> LayerStopped {
         try link.requireConnected(engine)
-        return try await onSession(id) { [engine] _ in try await engine.removeLayer(id, layerID: layerID) }
+        return try await onSession(id) { [engine] controller in
+            // Nothing plays, or the engine knows no such session: no layer of it can be playing.
+            let notFound = APIError(
+                status: .notFound, code: "layer_not_found", message: "no layer \(layerID) is playing on \"\(id)\"")
+            guard await controller.activePlayID != nil else { throw notFound }
+            do {
+                return try await engine.removeLayer(id, layerID: layerID)
+            } catch let error as APIError where error.code == "session_not_found" {
+                throw notFound
+            }
+        }
     }
 
     /// Runs `call` with the session pinned on this Router (as every command is).
