@@ -148,6 +148,24 @@ import WireProtocol
         #expect(session.positionMS == 0 && session.title == nil && session.nextPlayID == nil)
     }
 
+    /// A layer's events sit beside the frames that hold it; one called off ends once; the layers
+    /// still sounding when their play ends end just before its `finished` (nothing of a play
+    /// follows that), with the play they were asked on.
+    @Test func layerEventsTravelWithTheirFramesAndEndBeforeTheirPlay() throws {
+        let playback = play(1)
+        var session = started(playback)
+        session.layers = [(layerID: 5, playID: 1), (layerID: 6, playID: 1)]
+        leave([.opened(info, passthrough: false), .layerStarted(5), frame(1), .layerEnded(5, .finished, nil)], in: playback)
+        #expect(try tick(&session).written == ["ready 1 at 0", "layer_started 1", "audio 1"])
+        leave([frame(2)], in: playback)
+        #expect(try tick(&session).written == ["layer_ended 1 finished", "audio 2"])
+        #expect(session.endLayer(5, id, reason: .stopped) == nil, "a layer ends once")
+        leave([frame(3), .end(.finished, nil)], in: playback)
+        _ = try tick(&session)
+        #expect(try tick(&session).written == ["layer_ended 1 stopped", "finished 1 finished"])
+        #expect(session.layers.isEmpty)
+    }
+
     @Test func aFailedPlayEndsWithErrorThenFinishedAndLeavesTheSession() throws {
         let playback = play(1)
         var session = started(playback)

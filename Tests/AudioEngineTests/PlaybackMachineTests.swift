@@ -40,6 +40,27 @@ import Testing
         }
     }
 
+    /// Layers: asked, resolved, called off; a page that cannot be resolved ends its layer in the
+    /// outbox; a seek drops the frames ahead but keeps the layers' markers (their events are owed).
+    @Test func layersAreAskedResolvedAndEndedAndTheirMarkersOutliveASeek() {
+        var play = machine()
+        play.addLayer(LayerAsk(layerID: 7, url: "jingle.mp3", source: nil, volume: 100, duckDB: 12, attackMS: 50, releaseMS: 400))
+        play.addLayer(LayerAsk(layerID: 8, url: "https://example.com/page", source: nil, volume: 50, duckDB: 6, attackMS: 0, releaseMS: 0))
+        #expect(play.fillView().layers.map(\.layerID) == [7, 8] && play.fillView().layers.allSatisfy { $0.source == nil })
+        play.provideLayer(source, layerID: 7)
+        #expect(play.fillView().layers.first?.source == source)
+        play.failLayer(8, APIError(status: .unprocessableContent, code: "unresolvable", message: "no"))
+        #expect(kinds(play) == ["layerEnded 8 error"] && play.layers.map(\.layerID) == [7])
+        play.failLayer(8, APIError(status: .unprocessableContent, code: "unresolvable", message: "no"))
+        #expect(kinds(play).count == 1, "a layer ends once")
+        frames([1], into: &play)
+        play.push(.layerStarted(7), frames: 0, generation: 0)
+        frames([2], into: &play)
+        play.requestSeek(toMS: 500)
+        #expect(kinds(play) == ["layerEnded 8 error", "layerStarted 7"])
+        #expect(play.removeLayer(7)?.layerID == 7 && play.removeLayer(7) == nil && play.fillView().layers.isEmpty)
+    }
+
     @Test func aPlayIsFilledOnlyWithASourceAndRoomInItsLead() {
         var waiting = machine(resolved: false)
         #expect(waiting.source == nil)

@@ -79,6 +79,9 @@ final class LayerMixer {
         }
     }
 
+    /// Closes every layer's source (the play is over): a network layer's read-ahead thread ends here.
+    func close() { open.removeAll() }
+
     /// The changes were pushed with their frame.
     func clearChanges() { changes = Changes() }
 

@@ -44,9 +44,10 @@ final class PlaybackWorker {
         pipelinePlayID = playID
     }
 
-    /// Drops the pipeline, closing its source (FFmpeg contexts, the read-ahead thread).
+    /// Drops the pipeline and the layers, closing their sources (FFmpeg contexts, read-ahead threads).
     func closePipeline() {
         pipeline = nil
+        layers.close()
     }
 
     /// Opens (or reopens) the pipeline, then steps as the machine says until the lead is full,
