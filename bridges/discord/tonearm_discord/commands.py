@@ -98,14 +98,18 @@ class Commands:
         async with self.http.get(url, headers={"Authorization": f"Bearer {self.token}"}) as response:
             return response.status, await response.json(content_type=None)
 
+    async def _link(self, query: str) -> tuple[str, str, Optional[dict[str, Any]]]:
+        """What a user typed as a URL: a link as it is, words as their first search result; with
+        the name to say and the search result, if any."""
+        url = query.strip()
+        if looks_like_a_link(url):
+            return url, url, None
+        found = await self.search(url)
+        return str(found["url"]), track_name(found), found
+
     async def play(self, query: str, now: bool = False) -> str:
         """`/play`: a link is played as it is; words are searched first. Appends unless `now`."""
-        found = None
-        url = query.strip()
-        if not looks_like_a_link(url):
-            found = await self.search(url)
-            url = str(found["url"])
-        name = track_name(found) if found else url
+        url, name, found = await self._link(query)
         try:
             state = await self.link.command("play" if now else "queue", url=url)
         except TonearmError as error:
@@ -124,12 +128,7 @@ class Commands:
 
     async def over(self, query: str, volume: int = 100) -> str:
         """`/over`: a sound over the music (a layer), which ducks under it and comes back after."""
-        found = None
-        url = query.strip()
-        if not looks_like_a_link(url):
-            found = await self.search(url)
-            url = str(found["url"])
-        name = track_name(found) if found else url
+        url, name, _ = await self._link(query)
         await self.link.request("layer", url=url, volume=volume)
         return f"Playing **{name}** over the music."
 
