@@ -32,64 +32,65 @@ import WireProtocol
         return longest * 10
     }
 
-    /// Plays a then b (gapless or over `crossfadeMS`) with `cue`; the packets of both, b's `ready`.
-    static func join(format: String, cue: Bool, crossfadeMS: Int) async throws -> (packets: [[UInt8]], ready: WireEvent, harness: EngineHarness) {
+    /// Every case at once on one engine, each in its own session, beside a bystander: a then b
+    /// gaplessly with cue (WAV, and WebM/Opus passed through), over a 1 s crossfade with cue, and
+    /// gaplessly with cue off, which must play the silence as before.
+    @Test func joinsWithCueSkipTheSilenceAtTheEndsOfFilesAndWithoutItPlayItAsBefore() async throws {
         let harness = try EngineHarness()
-        try padded(440, into: harness.media, name: "a.\(format)", opus: format == "webm")
-        try padded(880, into: harness.media, name: "b.\(format)", opus: format == "webm")
-        try MediaFixture.tone(300, seconds: 20, into: harness.media, name: "bystander.mp3")
+        for format in ["wav", "webm"] {
+            try Self.padded(440, into: harness.media, name: "a.\(format)", opus: format == "webm")
+            try Self.padded(880, into: harness.media, name: "b.\(format)", opus: format == "webm")
+        }
+        try MediaFixture.tone(300, seconds: 30, into: harness.media, name: "bystander.mp3")
         let socket = try await harness.start()
+        defer { Task { await harness.stop() } }
+        let pid = harness.engine?.pid
         #expect(try await harness.post("/session/bystander/play", #"{"url":"bystander.mp3"}"#).status == 202)
-        let play = try await harness.post("/session/s/play", #"{"url":"a.\#(format)","normalize":false,"cue":\#(cue)}"#)
-        #expect(play.status == 202, "\(play.json)")
-        #expect(try await harness.get("/session/s").json["cue"] as? Bool == cue)
-        let next = try await harness.post("/session/s/next", #"{"url":"b.\#(format)","crossfade_ms":\#(crossfadeMS)}"#)
-        let second = try #require(next.json["play_id"] as? Int)
-        #expect(await eventually(timeout: .seconds(20)) {
-            socket.events("s").contains { $0.event.type == .finished && $0.event.playID == UInt64(second) }
+        let cases: [(session: String, format: String, cue: Bool, crossfadeMS: Int)] = [
+            ("gapless-wav", "wav", true, 0), ("gapless-webm", "webm", true, 0), ("crossfade", "wav", true, 1_000),
+            ("off", "wav", false, 0),
+        ]
+        var second: [String: UInt64] = [:]
+        for (session, format, cue, crossfadeMS) in cases {
+            let play = try await harness.post("/session/\(session)/play", #"{"url":"a.\#(format)","normalize":false,"cue":\#(cue)}"#)
+            #expect(play.status == 202, "\(play.json)")
+            #expect(try await harness.get("/session/\(session)").json["cue"] as? Bool == cue)
+            let next = try await harness.post("/session/\(session)/next", #"{"url":"b.\#(format)","crossfade_ms":\#(crossfadeMS)}"#)
+            second[session] = try #require((next.json["play_id"] as? Int).map(UInt64.init))
+        }
+        #expect(await eventually(timeout: .seconds(25)) {
+            second.allSatisfy { session, playID in
+                socket.events(session).contains { $0.event.type == .finished && $0.event.playID == playID }
+            }
         })
-        let ready = try #require(socket.events("s").first { $0.event.type == .ready && $0.event.playID == UInt64(second) }).event
+        for (session, _, cue, crossfadeMS) in cases {
+            let packets = socket.packets(session).map(\.data)
+            let ready = try #require(socket.events(session).first { $0.event.type == .ready && $0.event.playID == second[session] }).event
+            let quiet = try Self.longestQuietMS(packets)
+            let left = try decodeLeft(packets)
+            if !cue {
+                // a's fade tail below −50 dBFS, its 2 s, b's 2 s: over 4 s of quiet; b from its start.
+                #expect(quiet >= 4_000, "\(session): the longest quiet window was \(quiet) ms")
+                #expect(ready.positionMS == 0)
+            } else if crossfadeMS > 0 {
+                #expect(quiet <= 50, "\(session): a quiet window of \(quiet) ms in the crossfade")
+                // Mid-fade (a's cue-out about 4.98 s into it, the fade from 3.98 s) both tones sound.
+                let middle = Array(left[(4 * 48_000 + 9_600)..<(4 * 48_000 + 28_800)])
+                #expect(Spectrum.level(at: 440, middle) > -30 && Spectrum.level(at: 880, middle) > -30, "\(session)")
+            } else {
+                #expect(quiet <= 50, "\(session): a quiet window of \(quiet) ms at the join")
+                // b is first heard at its cue-in, 2 s into the file, and says so.
+                #expect(abs((ready.positionMS ?? 0) - 2_000) <= 20, "\(session): b's ready at \(ready.positionMS ?? -1) ms")
+                // a's 3 s of tone (a play's start is not cued) from 2 s, then b's from 5 s.
+                #expect(abs(Spectrum.dominantFrequency(Array(left[(2 * 48_000 + 9_600)..<(2 * 48_000 + 38_400)])) - 440) < 10)
+                #expect(abs(Spectrum.dominantFrequency(Array(left[(5 * 48_000 + 9_600)..<(5 * 48_000 + 38_400)])) - 880) < 10)
+            }
+        }
         let bystander = try await harness.get("/session/bystander")
         #expect((bystander.json["frames"] as? [String: Any])?["deficit"] as? Int == 0, "\(bystander.json)")
-        #expect(harness.engine?.isRunning == true && socket.isActive)
-        let packets = socket.packets("s").map(\.data)
-        socket.close()
-        return (packets, ready, harness)
-    }
-
-    @Test(arguments: ["wav", "webm"])
-    func aGaplessJoinWithCueGoesFromTheFadeStraightIntoTheNextTracksSound(format: String) async throws {
-        let (packets, ready, harness) = try await Self.join(format: format, cue: true, crossfadeMS: 0)
-        defer { Task { await harness.stop() } }
-        let quiet = try Self.longestQuietMS(packets)
-        #expect(quiet <= 50, "a quiet window of \(quiet) ms at the join")
-        // b is first heard at its cue-in, 2 s into the file, and says so.
-        #expect(abs((ready.positionMS ?? 0) - 2_000) <= 20, "b's ready at \(ready.positionMS ?? -1) ms")
-        // a's 3 s of tone (cue-in not applied to a play's start) then b's: about 5 s from a's sound to b's end.
-        let left = try decodeLeft(packets)
-        #expect(abs(Spectrum.dominantFrequency(Array(left[(2 * 48_000 + 9_600)..<(2 * 48_000 + 38_400)])) - 440) < 10)
-        #expect(abs(Spectrum.dominantFrequency(Array(left[(5 * 48_000 + 9_600)..<(5 * 48_000 + 38_400)])) - 880) < 10)
-    }
-
-    @Test func aCrossfadeWithCueFadesOverTheSoundNotTheSilence() async throws {
-        let (packets, _, harness) = try await Self.join(format: "wav", cue: true, crossfadeMS: 1_000)
-        defer { Task { await harness.stop() } }
-        let quiet = try Self.longestQuietMS(packets)
-        #expect(quiet <= 50, "a quiet window of \(quiet) ms in the crossfade")
-        // Mid-fade (a's cue-out about 4.98 s into it, the fade from 3.98 s) both tones sound.
-        let left = try decodeLeft(packets)
-        let middle = Array(left[(4 * 48_000 + 9_600)..<(4 * 48_000 + 28_800)])
-        #expect(Spectrum.level(at: 440, middle) > -30 && Spectrum.level(at: 880, middle) > -30)
-    }
-
-    @Test func withCueOffTheSilenceIsPlayedAsBefore() async throws {
-        let (packets, ready, harness) = try await Self.join(format: "wav", cue: false, crossfadeMS: 0)
-        defer { Task { await harness.stop() } }
-        let quiet = try Self.longestQuietMS(packets)
-        // a's fade tail below −50 dBFS, its 2 s, b's 2 s: over 4 s of quiet.
-        #expect(quiet >= 4_000, "the longest quiet window was \(quiet) ms")
-        #expect(ready.positionMS == 0)
-        let refused = try await harness.post("/session/s/cue", "{}")
+        #expect(harness.engine?.pid == pid && harness.engine?.isRunning == true && socket.isActive)
+        let refused = try await harness.post("/session/off/cue", "{}")
         #expect(refused.status == 400 && (refused.json["error"] as? [String: Any])?["code"] as? String == "invalid_cue")
+        socket.close()
     }
 }
