@@ -228,6 +228,9 @@ struct ClusterForwarding: RouterMiddleware {
         if parts.count >= 4, parts[1] == "api", parts[2] == "sessions", !parts[3].isEmpty {
             return try RouterApplication.sessionID(path: String(parts[3]))
         }
+        if parts.count == 4, parts[1] == "hls", !parts[2].isEmpty {
+            return try RouterApplication.sessionID(path: String(parts[2]))
+        }
         if parts.count == 3, parts[1] == "listen", parts[2].hasSuffix(".ogg"), parts[2].count > 4 {
             return try RouterApplication.sessionID(path: String(parts[2].dropLast(4)))
         }

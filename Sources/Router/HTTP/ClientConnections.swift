@@ -20,6 +20,8 @@ struct ClientConnections {
     let engine: EngineClient
     /// In a cluster: carries a client of a session another pair owns to that pair.
     var relay: ClusterRelay?
+    /// The sessions' HLS segmenters (`/hls`), made on first use.
+    var hls: HLSOutput?
     /// How long a client told to go (too slow) has to take the close frame before the
     /// connection is cut.
     var closeGrace: TimeAmount = .seconds(2)
@@ -41,6 +43,11 @@ struct ClientConnections {
             guard let id = try await Self.admit(context.request, access.bot, outbound) else { return }
             guard try await servedHere(id, inbound: inbound, outbound: outbound, context: context) else { return }
             try await serve(id, kind: .bot, inbound: inbound, context: context)
+        }
+        router.get("/hls/:id/:file") { request, context -> Response in
+            let id = try RouterApplication.sessionID(path: context.parameters.get("id"))
+            try access.authorize(request, for: id)
+            return try await hlsFile(context.parameters.get("file") ?? "", of: id, request: request)
         }
         router.get("/listen/:file") { request, context -> Response in
             let file = context.parameters.get("file") ?? ""
@@ -203,6 +210,46 @@ struct ClientConnections {
             reply.error = ErrorBody(code: error.code, message: error.message).error
         }
         return reply.json()
+    }
+
+    /// A file of `id`'s HLS stream: the playlist (refreshed every 2 s by a player: a CDN keeps it
+    /// for 1 s), the initialisation segment (the same for every session and every day: kept a
+    /// year), a media segment (never changes once cut: kept a minute, longer than the playlist
+    /// names it).
+    private func hlsFile(_ file: String, of id: SessionID, request: Request) async throws -> Response {
+        guard let hls else { throw APIError(status: .notFound, code: "not_found", message: "HLS is not enabled") }
+        var headers = HTTPFields()
+        let body: ByteBuffer
+        switch file {
+        case "index.m3u8":
+            // The session is pinned while its segmenter starts, as a listener's is.
+            let unreserved = CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+            let token = request.uri.queryParameters["token"].map {
+                "token=" + (String($0).addingPercentEncoding(withAllowedCharacters: unreserved) ?? "")
+            }
+            // A player's first request waits for the first segment of a session that plays; one
+            // that plays nothing is answered at once.
+            let text = try await directory.using(id) { controller in
+                let playing = await controller.state.status == "playing"
+                return await hls.playlist(id, query: token ?? "", wait: playing ? .seconds(5) : .zero)
+            }
+            body = ByteBuffer(string: text)
+            headers[.contentType] = "application/vnd.apple.mpegurl"
+            headers[.cacheControl] = "public, max-age=1"
+        case "init.mp4":
+            body = FragmentedOpus.initialization()
+            headers[.contentType] = "audio/mp4"
+            headers[.cacheControl] = "public, max-age=31536000, immutable"
+        default:
+            guard file.hasSuffix(".m4s"), let sequence = UInt32(file.dropLast(4)), let segment = hls.segment(id, sequence: sequence)
+            else {
+                throw APIError(status: .notFound, code: "segment_not_found", message: "\(file) is not a segment this session keeps")
+            }
+            body = segment
+            headers[.contentType] = "audio/mp4"
+            headers[.cacheControl] = "public, max-age=60"
+        }
+        return Response(status: .ok, headers: headers, body: ResponseBody(byteBuffer: body))
     }
 
     /// The event of a line if it begins a track (`ready`); other events are not parsed.

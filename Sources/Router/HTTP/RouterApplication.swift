@@ -83,6 +83,7 @@ struct RouterApplication {
         ClusterRoutes(member: relay?.member, access: access).addRoutes(to: router)
         var clients = ClientConnections(store: store, directory: directory, access: access, link: link, engine: engine)
         clients.relay = relay
+        clients.hls = HLSOutput(store: store)
         clients.addRoutes(to: router)
         OperationsRoutes(
             store: store, directory: directory, link: link, storage: storage, startedAt: startedAt, recorder: metrics,

@@ -16,6 +16,8 @@ package enum ClientKind: String, Sendable, CaseIterable, Codable {
     case bot
     /// An Ogg Opus listener (`/listen`).
     case listener
+    /// A session's HLS segmenter (`/hls`): one per session, whatever the number of HLS listeners.
+    case hls
 }
 
 /// A client written directly on its channel's event loop (a WebSocket connection).

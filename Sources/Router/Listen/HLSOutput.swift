@@ -1,0 +1,109 @@
+// The sessions' HLS streams (`/hls/{id}/index.m3u8`): one segmenter per session somebody listens
+// to over HLS, fed by one subscription to the session like one more listener, so segments are cut
+// once whatever the number of HLS listeners; every request is answered from memory. A session's
+// segmenter stops when nobody has asked for its playlist for `idleAfter`.
+import Foundation
+import NIOCore
+import Synchronization
+import WireProtocol
+
+final class HLSOutput: Sendable {
+    private struct Entry {
+        var stream = HLSStream()
+        var lastRequest = ContinuousClock.now
+        var lastPacket: ContinuousClock.Instant?
+        var subscription: Subscription?
+    }
+
+    private let entries = Mutex<[SessionID: Entry]>([:])
+    let store: SessionStore
+    /// A segmenter nobody asked for in this long stops.
+    let idleAfter: Duration
+    /// A session silent this long ends its playlist (`EXT-X-ENDLIST`) until it plays again.
+    let endAfter: Duration
+
+    init(store: SessionStore, idleAfter: Duration = .seconds(60), endAfter: Duration = .seconds(10)) {
+        self.store = store
+        self.idleAfter = idleAfter
+        self.endAfter = endAfter
+    }
+
+    /// `id`'s playlist, its URIs carrying `query` (a listener's token). Starts the session's
+    /// segmenter if it is not running, and waits up to `wait` for its first segment (a player
+    /// needs one to start).
+    func playlist(_ id: SessionID, query: String, wait: Duration = .seconds(5)) async -> String {
+        let started = ContinuousClock.now
+        startIfNeeded(id)
+        sweep()
+        while ContinuousClock.now - started < wait, entries.withLock({ $0[id]?.stream.segments.isEmpty ?? false }) {
+            try? await Task.sleep(for: .milliseconds(50))
+        }
+        return entries.withLock { entries in
+            entries[id]?.lastRequest = .now
+            if let last = entries[id]?.lastPacket, ContinuousClock.now - last > endAfter, entries[id]?.stream.ended == false {
+                entries[id]?.stream.end()
+            }
+            return entries[id]?.stream.playlist(query: query) ?? HLSStream().playlist(query: query)
+        }
+    }
+
+    /// Segment `sequence` of `id`, while it is kept.
+    func segment(_ id: SessionID, sequence: UInt32) -> ByteBuffer? {
+        entries.withLock { $0[id]?.stream.segment(sequence) }
+    }
+
+    /// How many sessions have a segmenter running (metrics, tests).
+    var running: Int { entries.withLock { $0.count } }
+
+    private func startIfNeeded(_ id: SessionID) {
+        let subscription: Subscription? = entries.withLock { entries in
+            guard entries[id] == nil else { return nil }
+            let subscription = store.subscribe(id, kind: .hls)
+            entries[id] = Entry(subscription: subscription)
+            return subscription
+        }
+        guard let subscription else { return }
+        Task { [weak self] in
+            for await message in subscription.messages {
+                guard let self else { return }
+                self.take(message, for: id)
+            }
+        }
+    }
+
+    private func take(_ message: ClientMessage, for id: SessionID) {
+        let nowMS = Int64((Date().timeIntervalSince1970 * 1000).rounded())
+        entries.withLock { entries in
+            guard entries[id] != nil else { return }
+            switch message {
+            case .audio(let packet):
+                entries[id]?.stream.append(packet, nowMS: nowMS)
+                entries[id]?.lastPacket = .now
+            case .event(let line):
+                guard let event = Self.event(line) else { return }
+                switch event.type {
+                case .ready: entries[id]?.stream.trackStarted(title: event.title, artist: event.artist)
+                case .paused, .finished: entries[id]?.stream.gap()
+                default: break
+                }
+            }
+        }
+    }
+
+    /// Stops the segmenters nobody asked for lately.
+    private func sweep() {
+        let idle = entries.withLock { entries -> [Subscription] in
+            let stale = entries.filter { ContinuousClock.now - $0.value.lastRequest > idleAfter }
+            for id in stale.keys { entries.removeValue(forKey: id) }
+            return stale.values.compactMap(\.subscription)
+        }
+        for subscription in idle { store.unsubscribe(subscription.sessionID, token: subscription.token) }
+    }
+
+    /// The events a segmenter reads (a track's start, a pause, an end); other lines are not parsed.
+    private static func event(_ line: String) -> WireEvent? {
+        guard line.contains(#""type":"ready""#) || line.contains(#""type":"paused""#) || line.contains(#""type":"finished""#)
+        else { return nil }
+        return try? WireEvent(jsonLine: Array(line.utf8))
+    }
+}

@@ -1,0 +1,157 @@
+// A session's HLS output, as a value: its Opus packets cut into 2 s fMP4 segments (100 packets),
+// the last few kept, and the live playlist that names them. Written once per session whatever
+// the number of listeners: every listener is served these same bytes (and a CDN can cache them).
+//
+// Track changes are in the playlist as `EXT-X-DATERANGE` tags at the moment in the stream the new
+// track starts (its first packet), each with the segments' `EXT-X-PROGRAM-DATE-TIME` as the clock.
+// A pause or a stop ends the segment being cut (it is shorter), and what comes after it is marked
+// `EXT-X-DISCONTINUITY`; a session that stays silent `endAfter` says so with `EXT-X-ENDLIST`.
+import Foundation
+import NIOCore
+
+struct HLSStream {
+    static let packetsPerSegment = 100
+    /// Segments kept for listeners (the playlist names all but the one being cut).
+    static let kept = 6
+    static let targetDurationSeconds = 2
+
+    struct Segment {
+        let sequence: UInt32
+        let data: ByteBuffer
+        let packets: Int
+        /// Wall-clock ms of its first packet (its `EXT-X-PROGRAM-DATE-TIME`).
+        let startMS: Int64
+        /// It follows a pause or a stop.
+        let discontinuity: Bool
+    }
+
+    /// A track's start: where in the stream (wall-clock ms, on the segments' clock) and its names.
+    struct TrackStart: Equatable {
+        let id: UInt64
+        let startMS: Int64
+        let title: String?
+        let artist: String?
+    }
+
+    private(set) var segments: [Segment] = []
+    private(set) var tracks: [TrackStart] = []
+    private var pending: [ByteBuffer] = []
+    private var pendingStartMS: Int64?
+    private var nextSequence: UInt32 = 1
+    private var decodeTime: UInt64 = 0
+    private var nextTrackID: UInt64 = 1
+    /// The next segment follows a gap.
+    private var afterGap = false
+    /// A track started: it is placed at the next packet.
+    private var startingTrack: (title: String?, artist: String?)?
+    /// No packet for a while: the playlist ends (`EXT-X-ENDLIST`) until one comes.
+    private(set) var ended = false
+
+    /// A packet of the session at wall-clock `nowMS`. Its time in the stream is the segment's
+    /// start plus 20 ms per packet before it, so the stream's clock does not drift with arrivals.
+    mutating func append(_ packet: ByteBuffer, nowMS: Int64) {
+        if ended {
+            ended = false
+            afterGap = true
+        }
+        let start = pendingStartMS ?? nowMS
+        pendingStartMS = start
+        if let starting = startingTrack {
+            let at = start + Int64(pending.count) * 20
+            tracks.append(TrackStart(id: nextTrackID, startMS: at, title: starting.title, artist: starting.artist))
+            nextTrackID += 1
+            startingTrack = nil
+        }
+        pending.append(packet)
+        if pending.count == Self.packetsPerSegment { cut() }
+    }
+
+    /// A track starts with the next packet (its `ready`).
+    mutating func trackStarted(title: String?, artist: String?) {
+        startingTrack = (title, artist)
+    }
+
+    /// The session paused or stopped: the segment being cut ends here, and what follows is marked
+    /// as after a gap.
+    mutating func gap() {
+        if !pending.isEmpty { cut() }
+        afterGap = true
+    }
+
+    /// The session has been silent long enough to call the stream over.
+    mutating func end() {
+        gap()
+        ended = true
+    }
+
+    private mutating func cut() {
+        guard let start = pendingStartMS else { return }
+        let data = FragmentedOpus.segment(pending, sequence: nextSequence, decodeTime: decodeTime)
+        segments.append(Segment(sequence: nextSequence, data: data, packets: pending.count, startMS: start, discontinuity: afterGap))
+        decodeTime += UInt64(pending.count) * UInt64(FragmentedOpus.samplesPerPacket)
+        nextSequence &+= 1
+        pending.removeAll(keepingCapacity: true)
+        pendingStartMS = nil
+        afterGap = false
+        if segments.count > Self.kept { segments.removeFirst(segments.count - Self.kept) }
+        // Track starts before the oldest segment kept are no longer in any playlist.
+        if let oldest = segments.first?.startMS {
+            let current = tracks.last?.id
+            tracks.removeAll { $0.startMS < oldest && $0.id != current }
+        }
+    }
+
+    /// The segment numbered `sequence`, while it is kept.
+    func segment(_ sequence: UInt32) -> ByteBuffer? {
+        segments.first { $0.sequence == sequence }?.data
+    }
+
+    /// The live playlist (HLS version 7: fMP4 segments behind `EXT-X-MAP`); `query` (a
+    /// listener's `token=…`, or empty) goes on every URI in it, since a player asks for them as
+    /// written.
+    func playlist(query: String = "") -> String {
+        let suffix = query.isEmpty ? "" : "?" + query
+        var lines = [
+            "#EXTM3U", "#EXT-X-VERSION:7", "#EXT-X-TARGETDURATION:\(Self.targetDurationSeconds)",
+            "#EXT-X-MEDIA-SEQUENCE:\(segments.first?.sequence ?? nextSequence)",
+            "#EXT-X-DISCONTINUITY-SEQUENCE:0",
+            #"#EXT-X-MAP:URI="init.mp4\#(suffix)""#,
+        ]
+        // The track playing since before the oldest segment kept: a player joining now still
+        // learns its title (its start date is before the playlist's first date).
+        for track in tracks where track.startMS < (segments.first?.startMS ?? .max) && !segments.isEmpty {
+            lines.append(Self.dateRange(track))
+        }
+        for segment in segments {
+            if segment.discontinuity { lines.append("#EXT-X-DISCONTINUITY") }
+            lines.append("#EXT-X-PROGRAM-DATE-TIME:\(Self.date(segment.startMS))")
+            let end = segment.startMS + Int64(segment.packets) * 20
+            for track in tracks where track.startMS >= segment.startMS && track.startMS < end {
+                lines.append(Self.dateRange(track))
+            }
+            lines.append(String(format: "#EXTINF:%.3f,", Double(segment.packets) * 0.02))
+            lines.append("\(segment.sequence).m4s\(suffix)")
+        }
+        if ended { lines.append("#EXT-X-ENDLIST") }
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// A track change as a date range: its start on the stream's clock, and its names.
+    static func dateRange(_ track: TrackStart) -> String {
+        var attributes = [#"ID="track-\#(track.id)""#, #"CLASS="com.tonearm.track""#, #"START-DATE="\#(date(track.startMS))""#]
+        if let title = track.title { attributes.append(#"X-TITLE="\#(quoted(title))""#) }
+        if let artist = track.artist { attributes.append(#"X-ARTIST="\#(quoted(artist))""#) }
+        return "#EXT-X-DATERANGE:" + attributes.joined(separator: ",")
+    }
+
+    /// A quoted-string attribute may hold neither `"` nor a line break (RFC 8216 §4.2).
+    static func quoted(_ text: String) -> String {
+        String(text.map { $0 == "\"" ? "'" : ($0.isNewline ? " " : $0) })
+    }
+
+    static func date(_ ms: Int64) -> String {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return formatter.string(from: Date(timeIntervalSince1970: Double(ms) / 1000))
+    }
+}

@@ -1,0 +1,81 @@
+import Foundation
+import NIOCore
+import Testing
+
+@testable import TonearmRouter
+
+/// The HLS segmenter as a value: 2 s segments of 100 packets, the last six kept, track starts as
+/// date ranges at their packet, a pause as a discontinuity, a long silence as the playlist's end.
+struct HLSStreamTests {
+    func packet(_ byte: UInt8) -> ByteBuffer { ByteBuffer(bytes: [0xFC, byte, byte]) }
+
+    @Test func segmentsDateRangesGapsAndTheEnd() {
+        var stream = HLSStream()
+        stream.trackStarted(title: "First \"one\"", artist: "Someone")
+        for index in 0..<250 { stream.append(packet(UInt8(index % 256)), nowMS: 1_000_000 + Int64(index) * 20) }
+        #expect(stream.segments.map(\.sequence) == [1, 2] && stream.segments.allSatisfy { $0.packets == 100 })
+        // The second track starts at the 260th packet: 5.2 s into the stream, in segment 3.
+        for index in 250..<260 { stream.append(packet(0), nowMS: 1_000_000 + Int64(index) * 20) }
+        stream.trackStarted(title: "Second", artist: nil)
+        for index in 260..<300 { stream.append(packet(0), nowMS: 1_000_000 + Int64(index) * 20) }
+        let playlist = stream.playlist(query: "token=abc")
+        let lines = playlist.split(separator: "\n").map(String.init)
+        #expect(lines.prefix(6) == [
+            "#EXTM3U", "#EXT-X-VERSION:7", "#EXT-X-TARGETDURATION:2", "#EXT-X-MEDIA-SEQUENCE:1",
+            "#EXT-X-DISCONTINUITY-SEQUENCE:0", #"#EXT-X-MAP:URI="init.mp4?token=abc""#,
+        ])
+        #expect(lines.contains("1.m4s?token=abc") && lines.contains("3.m4s?token=abc") && lines.filter { $0 == "#EXTINF:2.000," }.count == 3)
+        let ranges = lines.filter { $0.hasPrefix("#EXT-X-DATERANGE") }
+        #expect(ranges.count == 2, "\(ranges)")
+        #expect(ranges.first?.contains(#"X-TITLE="First 'one'""#) == true && ranges.first?.contains(#"X-ARTIST="Someone""#) == true)
+        #expect(ranges.last?.contains("START-DATE=\"1970-01-01T00:16:45.200Z\"") == true, "\(ranges)")
+        // Each date range sits in the segment it falls in: the second after segment 3's date.
+        let third = lines.firstIndex { $0.hasPrefix("#EXT-X-PROGRAM-DATE-TIME:1970-01-01T00:16:44") } ?? -1
+        let second = lines.firstIndex { $0.contains("Second") } ?? -1
+        #expect(third >= 0 && second > third)
+
+        // A pause cuts the segment short; what follows it is after a discontinuity.
+        for index in 300..<330 { stream.append(packet(0), nowMS: 1_000_000 + Int64(index) * 20) }
+        stream.gap()
+        #expect(stream.segments.last?.packets == 30)
+        stream.append(packet(0), nowMS: 1_100_000)
+        for _ in 1..<100 { stream.append(packet(0), nowMS: 1_100_000) }
+        #expect(stream.playlist().contains("#EXTINF:0.600,\n4.m4s\n#EXT-X-DISCONTINUITY\n"))
+        // Six are kept: the oldest go, and the playlist starts later.
+        for _ in 0..<400 { stream.append(packet(0), nowMS: 1_200_000) }
+        #expect(stream.segments.count == HLSStream.kept && stream.segments.first?.sequence == 4)
+        #expect(stream.playlist().contains("#EXT-X-MEDIA-SEQUENCE:4") && stream.segment(1) == nil && stream.segment(9) != nil)
+        // Silence: the playlist ends; a packet after that starts it again, after a discontinuity.
+        stream.end()
+        #expect(stream.playlist().hasSuffix("#EXT-X-ENDLIST\n"))
+        stream.append(packet(0), nowMS: 1_300_000)
+        #expect(!stream.playlist().contains("ENDLIST"))
+    }
+
+    /// The initialisation segment is an `ftyp` then a `moov` whose sample entry is `Opus` with a
+    /// `dOps`; a media segment's `trun` points at its `mdat`'s first byte.
+    @Test func theBoxesAreWhereAReaderLooks() throws {
+        let initial = FragmentedOpus.initialization()
+        let bytes = Array(initial.readableBytesView)
+        #expect(String(decoding: bytes[4..<8], as: UTF8.self) == "ftyp")
+        let names = text(of: bytes)
+        for box in ["moov", "mvhd", "trak", "tkhd", "mdia", "mdhd", "hdlr", "soun", "minf", "smhd", "stsd", "Opus", "dOps", "mvex", "trex"] {
+            #expect(names.contains(box), "no \(box)")
+        }
+        let packets = [ByteBuffer(bytes: [1, 2, 3]), ByteBuffer(bytes: [4, 5])]
+        let segment = FragmentedOpus.segment(packets, sequence: 7, decodeTime: 96_000)
+        let data = Array(segment.readableBytesView)
+        let moofSize = Int(UInt32(data[0]) << 24 | UInt32(data[1]) << 16 | UInt32(data[2]) << 8 | UInt32(data[3]))
+        #expect(String(decoding: data[4..<8], as: UTF8.self) == "moof")
+        #expect(String(decoding: data[(moofSize + 4)..<(moofSize + 8)], as: UTF8.self) == "mdat")
+        #expect(Array(data[(moofSize + 8)...]) == [1, 2, 3, 4, 5])
+        let trun = try #require(text(of: data).range(of: "trun"))
+        let at = text(of: data).distance(from: text(of: data).startIndex, to: trun.lowerBound) + 4 + 4 + 4
+        let offset = Int(UInt32(data[at]) << 24 | UInt32(data[at + 1]) << 16 | UInt32(data[at + 2]) << 8 | UInt32(data[at + 3]))
+        #expect(offset == moofSize + 8)
+    }
+
+    private func text(of data: [UInt8]) -> String {
+        String(decoding: data.map { (32...126).contains($0) ? $0 : 46 }, as: UTF8.self)
+    }
+}
