@@ -208,8 +208,12 @@ import WireProtocol
         let during = socket.packets("bystander", from: mark)
         let gaps = zip(during.dropFirst(), during).map { milliseconds($0.at - $1.at) }
         #expect(gaps.max() ?? 0 < 100, "the bystander waited \(gaps.max() ?? 0) ms for a worker")
+        // A worker held by the stall would cost the bystander some 400 frames (8 s). With one worker
+        // thread on a 2-core host busy with other suites, one deadline can be missed for want of
+        // the CPU alone (seen once in a clean-clone run): allow two, far from what a stall costs.
         let bystander = try await harness.get("/session/bystander")
-        #expect((bystander.json["frames"] as? [String: Any])?["nulled"] as? Int == 0, "\(bystander.json)")
+        let bystanderNulled = (bystander.json["frames"] as? [String: Any])?["nulled"] as? Int ?? -1
+        #expect((0...2).contains(bystanderNulled), "\(bystander.json)")
         for n in 0..<2 {
             let info = try await harness.get("/session/stall\(n)")
             let nulled = (info.json["frames"] as? [String: Any])?["nulled"] as? Int ?? 0
