@@ -5,7 +5,7 @@ Router, and checks what each page decoded through its `window.tonearm` hook.
   playground.py ROUTER_URL SCENARIO [--screenshots DIR] [--insecure] [--ca PEM] [--rounds N]
 
 Scenarios: isolation (T1, T2), stop (T3), replace (T4), controls, queue, errors, restart, guilds,
-search, stall, plain_http, https, latency.
+search, stall, plain_http, https, latency, radio.
 --insecure opens the page on http://tonearm.test:PORT (a host name, so not a secure context: no
 WebCodecs) and --ca trusts a certificate authority (an NSS database in a temporary HOME); both
 launch Chromium with its default autoplay policy, so only the page's own clicks can start audio.
@@ -501,9 +501,81 @@ def latency(browser, url, _, rounds=10):
         check(p95 <= 500, f"{mode}: {name} is heard within 500 ms at p95 ({p95:.0f} ms)")
 
 
+def radio(browser, url, _):
+    """A listener's page on the session's HLS stream (`/radio/`): the page's own Media Source
+    player, and Chromium's native HLS; the title changes with the track heard, within a segment;
+    a pause and an end are shown."""
+    owner = User(browser, url)
+    me = page_token(owner.page)
+    session, token = me["session_id"], me["token"]
+
+    def rest_(method, path, body=None, as_token=token):
+        return rest(url, method, f"/api/sessions/{session}{path}", body, token=as_token)
+
+    play(owner.page, "tone-440.mp3")
+    check(hears(owner.page, 440), "the owner's playground plays a tone")
+    owner.page.click("#share")
+    link = wait(lambda: owner.page.get_attribute("#share-link", "href"), 5) or ""
+    check(f"/radio/?session={session}&token=l1." in link, f"'Link for listeners' gives the listeners' page with a listen token: {link}")
+    listen_token = link.split("token=", 1)[-1]
+    code, body = rest_("POST", "/pause", {}, as_token=listen_token)
+    check(code == 403 and "only hear" in body["error"]["message"], f"the listen token cannot control the session ({code})")
+    owner.context.close()  # the session plays on without its owner's tab
+
+    heard = lambda page: page.evaluate("radio.dominantFrequency()")
+    page = browser.new_context().new_page()
+    page.on("pageerror", lambda error: print("page error:", error, flush=True))
+    page.goto(link)
+    check(page.evaluate("radio.mode") == "mse", "the page plays through Media Source (Opus in MP4)")
+    page.click("#listen")
+    check(wait(lambda: abs(heard(page) - 440) <= 5, 15, 0.25), "the listener hears the session's tone, 440 Hz")
+    check(page.text_content("#state") == "Live", f"the page says it is live ({page.text_content('#state')!r})")
+    check(page.text_content("#title") == "tone-440.mp3", f"with the title of the track heard ({page.text_content('#title')!r})")
+
+    # Chromium's own HLS (`<audio src=…m3u8>`): checked, not assumed.
+    native = browser.new_context().new_page()
+    native.goto(link + "&player=native")
+    check(native.evaluate("document.createElement('audio').canPlayType('application/vnd.apple.mpegurl')") != "",
+          "this Chromium says it plays HLS itself")
+    native.click("#listen")
+    check(wait(lambda: abs(heard(native) - 440) <= 5, 15, 0.25), "and it does: its native player is heard at 440 Hz "
+          f"({native.evaluate('radio.audio.error && radio.audio.error.message')})")
+    native.context.close()
+
+    # A new track: the title follows what is heard, not what the playlist says ahead of it.
+    check(rest_("POST", "/play", {"url": "tone-880.mp3"})[0] == 202, "the session plays another tone")
+    heard_at = title_at = None
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and (heard_at is None or title_at is None):
+        now = time.monotonic()
+        if title_at is None and page.text_content("#title") == "tone-880.mp3":
+            title_at = now
+        if heard_at is None and abs(heard(page) - 880) <= 5:
+            heard_at = now
+        time.sleep(0.05)
+    check(heard_at is not None and title_at is not None, "the new tone is heard and its title shown")
+    if heard_at is not None and title_at is not None:
+        print(f"title shown {1000 * (title_at - heard_at):+.0f} ms from the new tone heard", flush=True)
+        check(abs(title_at - heard_at) <= 2.0, f"within a segment (2 s) of it: {title_at - heard_at:+.2f} s")
+
+    check(rest_("POST", "/pause", {})[0] == 200, "the session pauses")
+    check(wait(lambda: page.text_content("#state") == "Silent", 15), "the page says the stream is silent")
+    check(rest_("POST", "/resume", {})[0] == 200, "and resumes")
+    check(wait(lambda: abs(heard(page) - 880) <= 5 and page.text_content("#state") == "Live", 15, 0.25), "heard again, live")
+    check(rest_("POST", "/stop", {})[0] == 200, "the session stops")
+    check(wait(lambda: page.text_content("#state") == "Ended", 25), "the page says the stream has ended (EXT-X-ENDLIST)")
+    print(f"player at the end: {page.evaluate('JSON.stringify(radio.stats)')}", flush=True)
+
+    other = browser.new_context().new_page()
+    other.goto(f"{url.rstrip('/')}/radio/?session={session}&token=not-a-token")
+    other.click("#listen")
+    check(wait(lambda: other.text_content("#state") == "Error" and other.text_content("#message") != "", 10),
+          f"a refused token is an error in words ({other.text_content('#message')!r})")
+
+
 BOT_TOKEN = os.environ.get("TONEARM_BOT_TOKEN", "test-bot-token")
 SCENARIOS = {f.__name__: f for f in [isolation, stop, replace, controls, queue, errors, restart, guilds, search, stall,
-                                     plain_http, https, latency]}
+                                     plain_http, https, latency, radio]}
 
 
 def trusting(authority):

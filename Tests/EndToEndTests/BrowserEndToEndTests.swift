@@ -101,6 +101,14 @@ import TestSupport
         try await browse(cluster, "guilds")
     }
 
+    /// The playground's "Link for listeners" opens `/radio/`, which plays the session's HLS
+    /// (Media Source, and Chromium's own HLS) and shows each title when its track is heard.
+    @Test func aListenerHearsTheSessionOverHLSWithEachTitleOnTime() async throws {
+        let cluster = try await cluster()
+        defer { Task { [cluster] in await cluster.stop() } }
+        try await browse(cluster, "radio")
+    }
+
     @Test func wordsInTheBoxSearch() async throws {
         let fake = Self.packageRoot.appendingPathComponent("Tests/Fixtures/fake-yt-dlp").path
         let cluster = try await cluster(environment: ["TONEARM_YTDLP": fake])

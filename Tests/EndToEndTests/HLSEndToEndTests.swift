@@ -46,6 +46,10 @@ import Testing
         #expect(first.status == 200 && first.headers.first(name: "content-type") == "application/vnd.apple.mpegurl")
         #expect(first.headers.first(name: "cache-control") == "public, max-age=1")
         #expect(first.text.contains(#"#EXT-X-MAP:URI="init.mp4?\#(token)""#) && first.text.contains("1.m4s?" + token), "\(first.text)")
+        // A new segmenter answers once it holds three segments (Chromium's own HLS refuses fewer),
+        // naming the track that was playing when it started.
+        #expect(first.text.components(separatedBy: ".m4s?").count - 1 >= 3, "\(first.text)")
+        #expect(first.text.contains(#"X-TITLE="tone-440.mp3""#), "\(first.text)")
         let initial = try await Self.fetch(base + "init.mp4?" + token)
         #expect(initial.headers.first(name: "cache-control") == "public, max-age=31536000, immutable")
         let segment = try await Self.fetch(base + "1.m4s?" + token)
@@ -87,5 +91,59 @@ import Testing
         try await Task.sleep(for: .seconds(11))
         #expect(try await Self.fetch(base + "index.m3u8?" + token).text.hasSuffix("#EXT-X-ENDLIST\n"))
         bot.close()
+    }
+
+    struct ListenToken: Decodable {
+        var session_id: String
+        var token: String
+        var listen: String
+        var hls: String
+        var page: String
+    }
+
+    /// A listen token hears its session over HLS and Ogg, and nothing else: no control, no other
+    /// session, no search, no WebSocket.
+    @Test func aListenTokenHearsItsSessionAndControlsNothing() async throws {
+        let cluster = try TonearmCluster(tones: [440], seconds: 20)
+        try await cluster.startBoth()
+        defer { Task { [cluster] in await cluster.stop() } }
+        let identity = try await cluster.post(cluster.routerURL + "/api/identity")
+        let me = try JSONSerialization.jsonObject(with: Data(identity.body.utf8)) as? [String: Any]
+        let session = try #require(me?["session_id"] as? String), owner = try #require(me?["token"] as? String)
+        #expect(try await cluster.play(session, "tone-440.mp3", token: owner).status == 202)
+
+        #expect(try await cluster.post(cluster.routerURL + "/api/sessions/\(session)/listen-token", token: nil).status == 401)
+        let made = try await cluster.post(cluster.routerURL + "/api/sessions/\(session)/listen-token", token: owner)
+        #expect(made.status == 200, "\(made.body)")
+        let listen = try JSONDecoder().decode(ListenToken.self, from: Data(made.body.utf8))
+        #expect(listen.token.hasPrefix("l1.\(session).") && listen.session_id == session)
+        #expect(listen.page == "/radio/?session=\(session)&token=\(listen.token)")
+
+        // It hears: the playlist, a segment, and the Ogg stream (the tone, decoded by ffmpeg).
+        let playlist = try await Self.fetch(cluster.routerURL + listen.hls)
+        #expect(playlist.status == 200 && playlist.text.contains("token=\(listen.token)"), "\(playlist.text)")
+        let raw = cluster.directory.file("listen.f32")
+        _ = try runTool("ffmpeg", [
+            "-nostdin", "-loglevel", "error", "-y", "-i", cluster.routerURL + listen.listen, "-t", "2", "-f", "f32le", "-ac", "2",
+            "-ar", "48000", raw,
+        ])
+        let samples = try Data(contentsOf: URL(fileURLWithPath: raw)).withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
+        #expect(samples.count >= 2 * 48_000, "ffmpeg decoded \(samples.count / 96_000) s")
+        #expect(abs(Spectrum.dominantFrequency(Spectrum.left(Array(samples.suffix(48_000)))) - 440) < 10)
+
+        // It controls nothing, and hears nothing else.
+        for command in ["pause", "stop", "listen-token"] {
+            let refused = try await cluster.post(cluster.routerURL + "/api/sessions/\(session)/\(command)", "{}", token: listen.token)
+            #expect(refused.status == 403 && refused.body.contains("only hear"), "\(command): \(refused.status) \(refused.body)")
+        }
+        #expect(try await Self.fetch(cluster.routerURL + "/api/sessions/\(session)?token=\(listen.token)").status == 403)
+        #expect(try await Self.fetch(cluster.routerURL + "/api/search?q=tone&token=\(listen.token)").status == 403)
+        #expect(try await Self.fetch(cluster.routerURL + "/hls/someone-else/index.m3u8?token=\(listen.token)").status == 403)
+        #expect(try await Self.fetch(cluster.routerURL + "/listen/someone-else.ogg?token=\(listen.token)").status == 403)
+        #expect(try await Self.fetch(cluster.routerURL + "/ws?token=\(listen.token)").status == 403)
+        let forged = "l1.\(session).AAAA"
+        #expect(try await Self.fetch(cluster.routerURL + "/hls/\(session)/index.m3u8?token=\(forged)").status == 401)
+        // The session still plays.
+        #expect(try await cluster.getJSON(cluster.routerURL + "/api/sessions/\(session)", token: owner)?["status"] as? String == "playing")
     }
 }

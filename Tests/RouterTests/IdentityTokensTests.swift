@@ -32,6 +32,21 @@ import WireProtocol
         }
     }
 
+    @Test func aListenTokenOnlyHearsAndIsNotAControlToken() throws {
+        let identity = tokens.issue()
+        let listen = tokens.listenToken(for: identity.sessionID)
+        #expect(listen.hasPrefix("l1.\(identity.sessionID)."))
+        #expect(tokens.verifyListen(listen) == identity.sessionID)
+        #expect(tokens.verify(listen) == nil, "a listen token controls nothing")
+        #expect(tokens.verifyListen(identity.token) == nil, "a control token is not a listen token")
+        let parts = listen.split(separator: ".").map(String.init)
+        // The same signature under the other prefix, or for another session: refused.
+        #expect(tokens.verify("v1.\(parts[1]).\(parts[2])") == nil)
+        #expect(tokens.verifyListen("l1.1234567890123456789.\(parts[2])") == nil)
+        let otherSecret = IdentityTokens(secret: Data("another secret, also long enough".utf8))
+        #expect(tokens.verifyListen(otherSecret.listenToken(for: identity.sessionID)) == nil)
+    }
+
     @Test func theSecretIsGeneratedOnceAndKept() throws {
         let directory = try TemporaryDirectory()
         let first = try IdentityTokens.secret(configured: nil, directory: directory.file("data"))

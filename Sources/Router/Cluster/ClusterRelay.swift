@@ -208,7 +208,11 @@ struct ClusterForwarding: RouterMiddleware {
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         guard let id = try Self.session(in: request.uri.path) else { return try await next(request, context) }
-        try access.authorize(request, for: id)
+        if request.uri.path.hasPrefix("/api/") {
+            try access.authorize(request, for: id)
+        } else {
+            try access.authorizeListening(request, for: id)
+        }
         switch try await relay.member.place(id) {
         case .local:
             return try await next(request, context)

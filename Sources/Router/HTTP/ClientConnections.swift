@@ -46,7 +46,7 @@ struct ClientConnections {
         }
         router.get("/hls/:id/:file") { request, context -> Response in
             let id = try RouterApplication.sessionID(path: context.parameters.get("id"))
-            try access.authorize(request, for: id)
+            try access.authorizeListening(request, for: id)
             return try await hlsFile(context.parameters.get("file") ?? "", of: id, request: request)
         }
         router.get("/listen/:file") { request, context -> Response in
@@ -55,7 +55,7 @@ struct ClientConnections {
                 throw APIError(status: .notFound, code: "not_found", message: "listen at /listen/{session id}.ogg")
             }
             let id = try RouterApplication.sessionID(path: String(file.dropLast(4)))
-            try access.authorize(request, for: id)
+            try access.authorizeListening(request, for: id)
             // `chain=0`: one logical stream for good, for players that stop at a chain.
             let chains = request.uri.queryParameters["chain"] != "0"
             return try await listen(to: id, chains: chains, channel: context.channel, logger: context.logger)
@@ -231,7 +231,7 @@ struct ClientConnections {
             // that plays nothing is answered at once.
             let text = try await directory.using(id) { controller in
                 let playing = await controller.state.status == "playing"
-                return await hls.playlist(id, query: token ?? "", wait: playing ? .seconds(5) : .zero)
+                return await hls.playlist(id, query: token ?? "", wait: playing ? .seconds(8) : .zero)
             }
             body = ByteBuffer(string: text)
             headers[.contentType] = "application/vnd.apple.mpegurl"

@@ -119,6 +119,12 @@ struct RouterApplication {
                 .add(try LayerCommands.request(Data(body.readableBytesView)), on: id)
             return Response.json(status: .accepted, (try? JSONCoding.encoder.encode(started)) ?? Data())
         }
+        // A token that hears the session and cannot control it, for listeners by the thousand.
+        router.post("/api/sessions/:id/listen-token") { request, context -> ListenToken in
+            let id = try Self.sessionID(context)
+            try access.authorize(request, for: id)
+            return ListenToken(sessionID: id, token: access.tokens.listenToken(for: id))
+        }
         router.delete("/api/sessions/:id/layers/:layer_id") { request, context -> Response in
             let id = try Self.sessionID(context)
             try access.authorize(request, for: id)

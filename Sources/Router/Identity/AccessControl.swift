@@ -20,12 +20,28 @@ struct AccessControl: Sendable {
         }
         if let botToken, Self.constantTimeEqual(token, botToken) { return }
         guard let granted = tokens.verify(token) else {
+            if tokens.verifyListen(token) != nil { throw Self.onlyListens }
             throw APIError(status: .unauthorized, code: "unauthorized", message: "the token is not valid")
         }
         guard granted == session else {
             throw APIError(status: .forbidden, code: "forbidden", message: "this token belongs to another session")
         }
     }
+
+    /// Hearing a session (`/listen`, `/hls`): what may control it, or its listen token.
+    func authorizeListening(_ request: Request, for session: SessionID) throws(APIError) {
+        if let token = Self.token(in: request), let granted = tokens.verifyListen(token) {
+            guard granted == session else {
+                throw APIError(status: .forbidden, code: "forbidden", message: "this listen token is for another session")
+            }
+            return
+        }
+        try authorize(request, for: session)
+    }
+
+    private static let onlyListens = APIError(
+        status: .forbidden, code: "forbidden",
+        message: "a listen token may only hear its session (/listen, /hls), not control it")
 
     /// Whether the request carries the bot token (bots are not held to the browsers' share).
     func isBot(_ request: Request) -> Bool {
@@ -44,6 +60,7 @@ struct AccessControl: Sendable {
         }
         if let botToken, Self.constantTimeEqual(token, botToken) { return nil }
         guard let session = tokens.verify(token) else {
+            if tokens.verifyListen(token) != nil { throw Self.onlyListens }
             throw APIError(status: .unauthorized, code: "unauthorized", message: "the token is not valid")
         }
         return session
@@ -76,6 +93,7 @@ struct AccessControl: Sendable {
         let named = request.uri.queryParameters["session"].map(String.init)
         if named == nil, let token = Self.token(in: request) {
             if let granted = tokens.verify(token) { return granted }
+            if tokens.verifyListen(token) != nil { throw Self.onlyListens }
             guard isBot(request) else {
                 throw APIError(status: .unauthorized, code: "unauthorized", message: "the token is not valid")
             }

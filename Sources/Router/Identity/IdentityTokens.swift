@@ -32,17 +32,31 @@ struct IdentityTokens: Sendable {
         return Identity(token: token(for: id), sessionID: id)
     }
 
+    /// A listen token's prefix: it lets its holder hear one session (`/listen`, `/hls`), not
+    /// control it, so it can be handed to listeners by the thousand.
+    private static let listenVersion = "l1"
+
     /// The token for `sessionID`.
-    func token(for sessionID: SessionID) -> String {
-        let payload = "\(Self.version).\(sessionID)"
+    func token(for sessionID: SessionID) -> String { sign(Self.version, sessionID) }
+
+    /// The listen-only token for `sessionID`.
+    func listenToken(for sessionID: SessionID) -> String { sign(Self.listenVersion, sessionID) }
+
+    /// The session a token grants, or nil when it is malformed or not signed with this secret.
+    func verify(_ token: String) -> SessionID? { verified(token, Self.version) }
+
+    /// The session a listen token lets its holder hear, or nil when it is not one.
+    func verifyListen(_ token: String) -> SessionID? { verified(token, Self.listenVersion) }
+
+    private func sign(_ version: String, _ sessionID: SessionID) -> String {
+        let payload = "\(version).\(sessionID)"
         let mac = HMAC<SHA256>.authenticationCode(for: Data(payload.utf8), using: key)
         return payload + "." + Self.base64URL(Data(mac))
     }
 
-    /// The session a token grants, or nil when it is malformed or not signed with this secret.
-    func verify(_ token: String) -> SessionID? {
+    private func verified(_ token: String, _ version: String) -> SessionID? {
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, parts[0] == Self.version, let mac = Self.decodeBase64URL(String(parts[2])),
+        guard parts.count == 3, parts[0] == version, let mac = Self.decodeBase64URL(String(parts[2])),
             let id = try? SessionID(String(parts[1]))
         else { return nil }
         let payload = Data("\(parts[0]).\(parts[1])".utf8)

@@ -10,6 +10,7 @@ import WireProtocol
 final class HLSOutput: Sendable {
     private struct Entry {
         var stream = HLSStream()
+        let created = ContinuousClock.now
         var lastRequest = ContinuousClock.now
         var lastPacket: ContinuousClock.Instant?
         var subscription: Subscription?
@@ -29,13 +30,14 @@ final class HLSOutput: Sendable {
     }
 
     /// `id`'s playlist, its URIs carrying `query` (a listener's token). Starts the session's
-    /// segmenter if it is not running, and waits up to `wait` for its first segment (a player
-    /// needs one to start).
-    func playlist(_ id: SessionID, query: String, wait: Duration = .seconds(5)) async -> String {
+    /// segmenter if it is not running and, while the session plays, waits up to `wait` for it to
+    /// hold `startSegments`: a player starts three target durations from a live playlist's end
+    /// (RFC 8216 §6.3.3), and Chromium's own HLS refuses a live playlist shorter than that.
+    func playlist(_ id: SessionID, query: String, wait: Duration = .seconds(8)) async -> String {
         let started = ContinuousClock.now
         startIfNeeded(id)
         sweep()
-        while ContinuousClock.now - started < wait, entries.withLock({ $0[id]?.stream.segments.isEmpty ?? false }) {
+        while ContinuousClock.now - started < wait, entries.withLock({ $0[id].map(Self.filling) ?? false }) {
             try? await Task.sleep(for: .milliseconds(50))
         }
         return entries.withLock { entries in
@@ -45,6 +47,18 @@ final class HLSOutput: Sendable {
             }
             return entries[id]?.stream.playlist(query: query) ?? HLSStream().playlist(query: query)
         }
+    }
+
+    /// Segments a new segmenter cuts before its playlist is answered.
+    static let startSegments = 3
+
+    /// Whether a segmenter is still cutting its first segments: fewer than `startSegments`, and a
+    /// packet within the last half second (or none yet, in its first second).
+    private static func filling(_ entry: Entry) -> Bool {
+        guard entry.stream.segments.count < startSegments, !entry.stream.ended else { return false }
+        let now = ContinuousClock.now
+        if let last = entry.lastPacket { return now - last < .milliseconds(500) }
+        return now - entry.created < .seconds(1)
     }
 
     /// Segment `sequence` of `id`, while it is kept.
@@ -59,7 +73,12 @@ final class HLSOutput: Sendable {
         let subscription: Subscription? = entries.withLock { entries in
             guard entries[id] == nil else { return nil }
             let subscription = store.subscribe(id, kind: .hls)
-            entries[id] = Entry(subscription: subscription)
+            var entry = Entry(subscription: subscription)
+            // Started mid-track: the track playing is named from the first packet cut.
+            if let playing = store.findBySessionId(id)?.lastTrackStart {
+                entry.stream.trackStarted(title: playing.title, artist: playing.artist)
+            }
+            entries[id] = entry
             return subscription
         }
         guard let subscription else { return }

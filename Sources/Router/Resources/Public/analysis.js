@@ -26,3 +26,36 @@ export function dominantFrequency(samples) {
   }
   return best;
 }
+
+/** A media element whose output goes through Web Audio to an analyser, so the page can measure
+ *  what is heard. The players built on an element (`stream-player.js`, `radio/hls-player.js`)
+ *  extend it. */
+export class ElementMeter {
+  constructor(audio) {
+    this.audio = audio;
+  }
+
+  /** Makes (or resumes) the element's audio output; call from a gesture. */
+  openOutput() {
+    if (!this.context) {
+      this.context = new AudioContext({ sampleRate: RATE });
+      this.analyser = this.context.createAnalyser();
+      this.analyser.fftSize = 32768;
+      this.context.createMediaElementSource(this.audio).connect(this.analyser);
+      this.analyser.connect(this.context.destination);
+    }
+    if (this.context.state === "suspended") this.context.resume();
+  }
+
+  /** The last `seconds` the element played (at most the analyser's 0.68 s). */
+  samples(seconds) {
+    if (!this.analyser) return new Float32Array(0);
+    const all = new Float32Array(this.analyser.fftSize);
+    this.analyser.getFloatTimeDomainData(all);
+    return all.subarray(all.length - Math.min(all.length, Math.round(RATE * seconds)));
+  }
+
+  rms(seconds = 0.5) { return rms(this.samples(seconds)); }
+
+  dominantFrequency() { return dominantFrequency(this.samples(0.5)); }
+}

@@ -124,6 +124,18 @@ export class Connection {
     return body;
   }
 
+  /** A token that hears this session and cannot control it, with its listeners' page. */
+  async listenToken() {
+    const me = await identity();
+    const response = await fetch(`/api/sessions/${encodeURIComponent(me.session_id)}/listen-token`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${me.token}` },
+    });
+    const body = await response.json().catch(() => null);
+    if (!response.ok) throw body?.error || { message: "No listen link could be made." };
+    return body;
+  }
+
   async search(query) {
     const me = await identity();
     const response = await fetch(`/api/search?q=${encodeURIComponent(query)}&limit=8`, {

@@ -379,6 +379,19 @@ function togglePlayback() {
   $("url").focus();
 }
 
+// A link for listeners: the session's HLS page with a token that hears and cannot control.
+$("share").addEventListener("click", async () => {
+  try {
+    const { page } = await connection.listenToken();
+    const link = $("share-link");
+    link.href = new URL(page, location.href).href;
+    link.textContent = link.href;
+    link.hidden = false;
+  } catch (error) {
+    say(explain(error));
+  }
+});
+
 document.addEventListener("keydown", (event) => {
   const typing = ["INPUT", "SELECT", "TEXTAREA"].includes(event.target.tagName) && event.target.type !== "range";
   if (event.code === "Space" && !typing && event.target.tagName !== "BUTTON") {

@@ -5,18 +5,18 @@
 // it jumps forward, so a control is heard about as soon as on the WebCodecs path (figures in
 // docs/architecture.md). `start()` must run inside the user's gesture (a click on the page's own
 // buttons): that is what lets the element play.
-import { RATE, dominantFrequency, rms } from "/analysis.js";
+import { ElementMeter } from "/analysis.js";
 import { WEBM_OPUS, cluster, concat, initSegment } from "/webm.js";
 
 const DEPTH = 0.15, SLACK = 0.15, KEEP_BEHIND = 10;
 
-export class StreamPlayer {
+export class StreamPlayer extends ElementMeter {
   static get supported() {
     return typeof MediaSource !== "undefined" && MediaSource.isTypeSupported(WEBM_OPUS);
   }
 
   constructor(audio) {
-    this.audio = audio;
+    super(audio);
     this.depth = DEPTH;
     this.stats = { decoded: 0, underruns: 0, skipped: 0, lastArrival: 0, maxGapMs: 0 };
     this.pending = [initSegment()];
@@ -43,15 +43,7 @@ export class StreamPlayer {
 
   /** Any gesture on the page: set up the output, and play if the session is playing. */
   unlock() {
-    if (!this.context) {
-      // The element's output goes through Web Audio so the page can measure what is heard.
-      this.context = new AudioContext({ sampleRate: RATE });
-      this.analyser = this.context.createAnalyser();
-      this.analyser.fftSize = 32768;
-      this.context.createMediaElementSource(this.audio).connect(this.analyser);
-      this.analyser.connect(this.context.destination);
-    }
-    if (this.context.state === "suspended") this.context.resume();
+    this.openOutput();
     if (!this.wanted) return;
     this.catchUp();
     this.audio.play().catch(() => {});
@@ -135,17 +127,6 @@ export class StreamPlayer {
     }
   }
 
-  /** The last `seconds` the element played (at most the analyser's 0.68 s). */
-  samples(seconds) {
-    if (!this.analyser) return new Float32Array(0);
-    const all = new Float32Array(this.analyser.fftSize);
-    this.analyser.getFloatTimeDomainData(all);
-    return all.subarray(all.length - Math.min(all.length, Math.round(RATE * seconds)));
-  }
-
-  rms(seconds = 0.5) { return rms(this.samples(seconds)); }
-
-  dominantFrequency() { return dominantFrequency(this.samples(0.5)); }
 }
 
 
