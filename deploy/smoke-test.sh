@@ -2,7 +2,8 @@
 # deploy/smoke-test.sh — runs the real `docker-compose --profile https up -d --build` from deploy/,
 # then checks as a user would, through the published ports on 127.0.0.1 only: health, a generated
 # tone played through the API and heard over a bot WebSocket and the Ogg /listen stream, the same
-# over HTTPS through Caddy (wss:// and https://, verified against Caddy's own authority), an engine
+# over HTTPS through Caddy (wss:// and https://, verified against Caddy's own authority), HLS
+# through Caddy's cache (a segment a hit the second time, decoded to the tone), an engine
 # restart the Router recovers from, the Discord bot (`--profile discord`: up without Discord, saying
 # why on its /health, its offline tests passing inside its image), the Router serving TLS itself
 # with docker-compose.tls.yml and a test authority's certificate, a graceful stop; then
@@ -125,7 +126,7 @@ fi
 started=$(date +%s)
 # From a clean state as far as this machine allows: the base images stay (the offline tool built
 # them), but no layer of an earlier Tonearm build is reused.
-for image in "tonearm:$TONEARM_VERSION" "tonearm-https:$TONEARM_VERSION" "tonearm-discord:$TONEARM_VERSION"; do
+for image in "tonearm:$TONEARM_VERSION" "tonearm-https:$TONEARM_VERSION" "tonearm-hls-cache:$TONEARM_VERSION" "tonearm-discord:$TONEARM_VERSION"; do
   if [ "$podman_mode" = 1 ]; then podman rmi -f "$image" >/dev/null 2>&1 || true
   else docker rmi -f "$image" >/dev/null 2>&1 || true; fi
 done
@@ -199,6 +200,25 @@ for _ in $(seq 60); do
 done
 if [ -s "$root" ]; then ok "Caddy made its authority; the client trusts only that"; https_check "Caddy" "$HTTPS_PORT" "$root"
 else fail "no root certificate from Caddy: $(compose logs --tail 20 https 2>&1)"; fi
+# HLS through Caddy and the cache beside it (deploy/hls-cache): a segment asked twice is the
+# cache's the second time, a token in a header is never cached, and the segment is the tone.
+if [ -s "$root" ]; then
+  hls() { curl -s --max-time 15 --cacert "$root" --resolve "localhost:$HTTPS_PORT:127.0.0.1" "$@"; }
+  base="https://localhost:$HTTPS_PORT/hls/smoke"
+  segment=$(hls "$base/index.m3u8?token=$BOT" | grep -E '^[0-9]+\.m4s' | tail -1)
+  if [ -n "$segment" ]; then
+    first=$(hls -D - -o "$WORK/hls-segment" "$base/$segment" | tr -d '\r' | awk -F': ' 'tolower($1)=="x-cache-status" {print $2}')
+    second=$(hls -D - -o /dev/null "$base/$segment" | tr -d '\r' | awk -F': ' 'tolower($1)=="x-cache-status" {print $2}')
+    header=$(hls -D - -o /dev/null -H "Authorization: Bearer $BOT" "$base/${segment%%\?*}" | tr -d '\r' | awk -F': ' 'tolower($1)=="x-cache-status" {print $2}')
+    hls -o "$WORK/hls-init" "$base/init.mp4?token=$BOT"
+    cat "$WORK/hls-init" "$WORK/hls-segment" >"$WORK/hls.mp4"
+    hz=$(python3 "$PROBE" tone "$WORK/hls.mp4" 2>/dev/null || echo 0)
+    if [ "$first" = MISS ] && [ "$second" = HIT ] && [ "$header" = BYPASS ]; then
+      ok "HLS through Caddy's cache: $segment MISS then HIT; with the token in a header, BYPASS"
+    else fail "HLS cache: $segment answered $first, then $second; with a header token $header (expected MISS, HIT, BYPASS)"; fi
+    if [ "$hz" -ge 435 ] && [ "$hz" -le 445 ]; then ok "the HLS segment decodes to $hz Hz"; else fail "the HLS segment decoded to $hz Hz"; fi
+  else fail "no segment in the HLS playlist through Caddy: $(hls "$base/index.m3u8?token=$BOT" | head -c 300)"; fi
+fi
 # The Router believes Caddy's X-Forwarded-For: it found the `https` service by name.
 proxy_found() { compose logs router 2>&1 | grep 'trusted proxies looked up' | grep -o 'addresses=\["[^]]*\]' | tail -1; }
 for _ in $(seq 30); do [ -n "$(proxy_found)" ] && break; sleep 1; done
@@ -265,7 +285,7 @@ took=$(python3 -c "print(round($(date +%s.%N) - $started, 1))")
 python3 -c "import sys; sys.exit(0 if $took < 10 else 1)" && ok "both stopped in $took s" || fail "stopping took $took s"
 # When each service ended, counted from the stop: the services stop in reverse order of their
 # dependencies (the bot and Caddy, then the Router, then the engine), so a slow one shows here.
-for service in bridge https router engine; do
+for service in bridge https hls-cache router engine; do
   id=$(compose ps -q "$service" 2>/dev/null || true)
   [ -n "$id" ] || continue
   if [ "$podman_mode" = 1 ]; then finished=$(podman inspect -f '{{.State.FinishedAt}}' "$id" 2>/dev/null || true)
@@ -273,7 +293,7 @@ for service in bridge https router engine; do
   at=$(date -d "${finished% UTC}" +%s.%N 2>/dev/null) && at=$(python3 -c "print(round($at - $started, 1))") || at="?"
   echo "     $service ended $at s after the stop began"
 done
-for service in engine router https bridge; do
+for service in engine router hls-cache https bridge; do
   id=$(compose ps -q "$service")
   if [ "$podman_mode" = 1 ]; then code=$(podman inspect -f '{{.State.ExitCode}}' "$id" 2>/dev/null || echo "?")
   else code=$(docker inspect -f '{{.State.ExitCode}}' "$id" 2>/dev/null || echo "?"); fi
