@@ -9,6 +9,38 @@ import Testing
 struct HLSStreamTests {
     func packet(_ byte: UInt8) -> ByteBuffer { ByteBuffer(bytes: [0xFC, byte, byte]) }
 
+    /// The playlist's dates, computed without a formatter, are what ISO 8601 says they are:
+    /// across leap days, centuries, the epoch and before it.
+    @Test func datesAreISO8601WithMilliseconds() {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        let moments: [Int64] = [
+            0, 1, 999, -1, -86_400_001, 951_782_400_000, 951_868_799_999, 4_107_542_400_000, 1_795_712_413_769,
+            253_402_300_799_999,
+        ] + (0..<200).map { Int64($0) * 7_919_999_917 - 500_000_000_000 }
+        for ms in moments {
+            let expected = formatter.string(from: Date(timeIntervalSince1970: Double(ms) / 1000))
+            #expect(HLSStream.date(ms) == expected, "\(ms)")
+        }
+    }
+
+    /// A playlist asked again without a change is the same text; a cut segment changes it.
+    @Test func theRevisionCountsEveryChangeToThePlaylist() {
+        var stream = HLSStream()
+        for index in 0..<100 { stream.append(packet(0), nowMS: Int64(index) * 20) }
+        let first = stream.revision
+        for index in 100..<150 { stream.append(packet(0), nowMS: Int64(index) * 20) }
+        #expect(stream.revision == first, "half a segment changes no playlist")
+        for index in 150..<200 { stream.append(packet(0), nowMS: Int64(index) * 20) }
+        #expect(stream.revision != first)
+        let cut = stream.revision
+        stream.end()
+        #expect(stream.revision != cut)
+        let ended = stream.revision
+        stream.append(packet(0), nowMS: 10_000)
+        #expect(stream.revision != ended, "playing again takes the end away")
+    }
+
     @Test func segmentsDateRangesGapsAndTheEnd() {
         var stream = HLSStream()
         stream.trackStarted(title: "First \"one\"", artist: "Someone")

@@ -223,21 +223,25 @@ struct ClientConnections {
         switch file {
         case "index.m3u8":
             // The session is pinned while its segmenter starts, as a listener's is.
-            let unreserved = CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
-            let token = request.uri.queryParameters["token"].map {
-                "token=" + (String($0).addingPercentEncoding(withAllowedCharacters: unreserved) ?? "")
-            }
-            // A player's first request waits for the first segment of a session that plays; one
-            // that plays nothing is answered at once.
-            let text = try await directory.using(id) { controller in
-                let playing = await controller.state.status == "playing"
-                return await hls.playlist(id, query: token ?? "", wait: playing ? .seconds(8) : .zero)
+            let query = request.uri.queryParameters["token"].map {
+                "token=" + (String($0).addingPercentEncoding(withAllowedCharacters: Self.unreserved) ?? "")
+            } ?? ""
+            // A player's first request waits for the first segments of a session that plays;
+            // one that plays nothing is answered at once. Later ones are answered from memory.
+            let text: String
+            if let ready = hls.ready(id, query: query) {
+                text = ready
+            } else {
+                text = try await directory.using(id) { controller in
+                    let playing = await controller.state.status == "playing"
+                    return await hls.playlist(id, query: query, wait: playing ? .seconds(8) : .zero)
+                }
             }
             body = ByteBuffer(string: text)
             headers[.contentType] = "application/vnd.apple.mpegurl"
             headers[.cacheControl] = "public, max-age=1"
         case "init.mp4":
-            body = FragmentedOpus.initialization()
+            body = Self.initialization
             headers[.contentType] = "audio/mp4"
             headers[.cacheControl] = "public, max-age=31536000, immutable"
         default:
@@ -251,6 +255,12 @@ struct ClientConnections {
         }
         return Response(status: .ok, headers: headers, body: ResponseBody(byteBuffer: body))
     }
+
+    /// `init.mp4`: the same bytes for every session.
+    private static let initialization = FragmentedOpus.initialization()
+
+    /// What a token may hold unescaped in a playlist's URIs (RFC 3986's unreserved characters).
+    private static let unreserved = CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 
     /// The event of a line if it begins a track (`ready`); other events are not parsed.
     static func trackStart(_ line: String) -> WireEvent? {

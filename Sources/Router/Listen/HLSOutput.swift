@@ -14,9 +14,26 @@ final class HLSOutput: Sendable {
         var lastRequest = ContinuousClock.now
         var lastPacket: ContinuousClock.Instant?
         var subscription: Subscription?
+        /// The playlist as last rendered for each query (a token) at `renderedRevision`: most
+        /// listeners of a station share one token, so nearly every request is a lookup.
+        var rendered: [String: String] = [:]
+        var renderedRevision: UInt64 = 0
+
+        /// The playlist for `query`, rendered at most once per change of the stream.
+        mutating func playlist(query: String) -> String {
+            if renderedRevision != stream.revision {
+                rendered.removeAll(keepingCapacity: true)
+                renderedRevision = stream.revision
+            }
+            if let text = rendered[query] { return text }
+            let text = stream.playlist(query: query)
+            if rendered.count < 64 { rendered[query] = text }
+            return text
+        }
     }
 
     private let entries = Mutex<[SessionID: Entry]>([:])
+    private let lastSweep = Mutex(ContinuousClock.now)
     let store: SessionStore
     /// A segmenter nobody asked for in this long stops.
     let idleAfter: Duration
@@ -40,12 +57,25 @@ final class HLSOutput: Sendable {
         while ContinuousClock.now - started < wait, entries.withLock({ $0[id].map(Self.filling) ?? false }) {
             try? await Task.sleep(for: .milliseconds(50))
         }
-        return entries.withLock { entries in
+        return current(id, query: query) ?? HLSStream().playlist(query: query)
+    }
+
+    /// `id`'s playlist if its segmenter runs and has cut its first segments (or cannot, being
+    /// silent): what nearly every request gets, without a look at the session itself.
+    func ready(_ id: SessionID, query: String) -> String? {
+        guard entries.withLock({ $0[id].map { !Self.filling($0) } ?? false }) else { return nil }
+        sweep()
+        return current(id, query: query)
+    }
+
+    private func current(_ id: SessionID, query: String) -> String? {
+        entries.withLock { entries in
+            guard entries[id] != nil else { return nil }
             entries[id]?.lastRequest = .now
             if let last = entries[id]?.lastPacket, ContinuousClock.now - last > endAfter, entries[id]?.stream.ended == false {
                 entries[id]?.stream.end()
             }
-            return entries[id]?.stream.playlist(query: query) ?? HLSStream().playlist(query: query)
+            return entries[id]?.playlist(query: query)
         }
     }
 
@@ -109,8 +139,14 @@ final class HLSOutput: Sendable {
         }
     }
 
-    /// Stops the segmenters nobody asked for lately.
+    /// Stops the segmenters nobody asked for lately (looked at once a second at most).
     private func sweep() {
+        let due = lastSweep.withLock { last in
+            guard ContinuousClock.now - last >= .seconds(1) else { return false }
+            last = .now
+            return true
+        }
+        guard due else { return }
         let idle = entries.withLock { entries -> [Subscription] in
             let stale = entries.filter { ContinuousClock.now - $0.value.lastRequest > idleAfter }
             for id in stale.keys { entries.removeValue(forKey: id) }

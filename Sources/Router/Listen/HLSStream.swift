@@ -46,6 +46,8 @@ struct HLSStream {
     private var startingTrack: (title: String?, artist: String?)?
     /// No packet for a while: the playlist ends (`EXT-X-ENDLIST`) until one comes.
     private(set) var ended = false
+    /// Counts the changes to the playlist, so a rendered playlist can be kept until the next.
+    private(set) var revision: UInt64 = 0
 
     /// A packet of the session at wall-clock `nowMS`. Its time in the stream is the segment's
     /// start plus 20 ms per packet before it, so the stream's clock does not drift with arrivals.
@@ -53,6 +55,7 @@ struct HLSStream {
         if ended {
             ended = false
             afterGap = true
+            revision &+= 1
         }
         let start = pendingStartMS ?? nowMS
         pendingStartMS = start
@@ -82,10 +85,12 @@ struct HLSStream {
     mutating func end() {
         gap()
         ended = true
+        revision &+= 1
     }
 
     private mutating func cut() {
         guard let start = pendingStartMS else { return }
+        revision &+= 1
         let data = FragmentedOpus.segment(pending, sequence: nextSequence, decodeTime: decodeTime)
         segments.append(Segment(sequence: nextSequence, data: data, packets: pending.count, startMS: start, discontinuity: afterGap))
         decodeTime += UInt64(pending.count) * UInt64(FragmentedOpus.samplesPerPacket)
@@ -129,7 +134,8 @@ struct HLSStream {
             for track in tracks where track.startMS >= segment.startMS && track.startMS < end {
                 lines.append(Self.dateRange(track))
             }
-            lines.append(String(format: "#EXTINF:%.3f,", Double(segment.packets) * 0.02))
+            let milliseconds = segment.packets * 20
+            lines.append("#EXTINF:\(milliseconds / 1000).\(Self.digits(milliseconds % 1000, 3)),")
             lines.append("\(segment.sequence).m4s\(suffix)")
         }
         if ended { lines.append("#EXT-X-ENDLIST") }
@@ -149,9 +155,38 @@ struct HLSStream {
         String(text.map { $0 == "\"" ? "'" : ($0.isNewline ? " " : $0) })
     }
 
+    /// `ms` since 1970 as an ISO 8601 UTC date with milliseconds (`2026-11-26T17:00:13.769Z`),
+    /// computed rather than through a date formatter, which costs tens of microseconds to make.
     static func date(_ ms: Int64) -> String {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return formatter.string(from: Date(timeIntervalSince1970: Double(ms) / 1000))
+        let (days, dayMS) = (ms.floorDivided(by: 86_400_000), ms.floorModulo(86_400_000))
+        // Days since 1970-01-01 to the civil date (H. Hinnant's algorithm, proleptic Gregorian).
+        let z = days + 719_468
+        let era = z.floorDivided(by: 146_097)
+        let dayOfEra = z - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1_460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let monthIndex = (5 * dayOfYear + 2) / 153
+        let day = dayOfYear - (153 * monthIndex + 2) / 5 + 1
+        let month = monthIndex < 10 ? monthIndex + 3 : monthIndex - 9
+        let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
+        let seconds = dayMS / 1000
+        return "\(digits(year, 4))-\(digits(month, 2))-\(digits(day, 2))T\(digits(seconds / 3600, 2)):"
+            + "\(digits(seconds / 60 % 60, 2)):\(digits(seconds % 60, 2)).\(digits(dayMS % 1000, 3))Z"
     }
+
+    /// `value` with leading zeros to `width` digits.
+    static func digits(_ value: some BinaryInteger, _ width: Int) -> String {
+        let text = String(value)
+        return text.count >= width ? text : String(repeating: "0", count: width - text.count) + text
+    }
+}
+
+extension Int64 {
+    /// Division rounding towards negative infinity (a date before 1970 still lands on its day).
+    fileprivate func floorDivided(by divisor: Int64) -> Int64 {
+        let quotient = self / divisor
+        return (self % divisor != 0 && (self < 0) != (divisor < 0)) ? quotient - 1 : quotient
+    }
+
+    fileprivate func floorModulo(_ divisor: Int64) -> Int64 { self - floorDivided(by: divisor) * divisor }
 }
