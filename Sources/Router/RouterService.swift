@@ -61,17 +61,25 @@ package enum RouterService {
         }
         api.clientAddress = ClientAddress(trustedProxies: configuration.trustedProxies)
         if let member { api.relay = ClusterRelay(member: member, http: HTTPClient.shared, logger: logger) }
+        let hls = HLSOutput(store: store)
+        api.hls = hls
+        var answers = HLSFastAnswers(hls: hls, access: access)
+        if let member { answers.playsHere = { member.epoch(of: $0) != nil } }
+        let fastHLS = answers
         let router = api.makeRouter(publicDirectory: publicDirectory())
         let tls = try configuration.tlsConfiguration()
         if tls != nil { logger.info("serving HTTPS", metadata: ["certificate": "\(configuration.tlsCertificatePath ?? "")"]) }
         let (headTimeout, idleTimeout) = (configuration.headerTimeout, configuration.idleTimeout)
         let webSockets = router.buildResponder()
-        // HTTP/1 with the WebSocket upgrade, request-head deadlines in front (after TLS, if any).
+        // HTTP/1 with the WebSocket upgrade, request-head deadlines in front (after TLS, if any),
+        // HLS files in memory answered before the routes.
         let server = HTTPServerBuilder { responder in
             let http = HTTP1WebSocketUpgradeChannel(
                 responder: responder, webSocketResponder: webSockets,
                 configuration: .init(
-                    http1: .init(additionalChannelHandlers: [NextRequestDeadline(timeout: idleTimeout)]),
+                    http1: .init(additionalChannelHandlers: [
+                        NextRequestDeadline(timeout: idleTimeout), HLSFastPath(answers: fastHLS),
+                    ]),
                     ws: .init(maxFrameSize: 1 << 16, autoPing: .enabled(timePeriod: configuration.pingInterval))))
             let guarded = RequestDeadlineChannel(base: http, headTimeout: headTimeout)
             return try tls.map { try TLSChannel(guarded, tlsConfiguration: $0) } ?? guarded

@@ -245,6 +245,10 @@ final class PairCluster: @unchecked Sendable {
         let forwarded = try await cluster.pairs[guest].getJSON(
             cluster.pairs[guest].routerURL + "/api/sessions/\(guilds[0])", token: TonearmCluster.botToken)
         #expect(forwarded?["status"] as? String == "playing", "\(forwarded ?? [:])")
+        // Its HLS too: the guest answers nothing of it itself (it plays it not), the owner's
+        // segmenter does; asked while the Ogg stream below is read.
+        let hlsBase = cluster.pairs[guest].routerURL + "/hls/\(guilds[0])/"
+        async let firstPlaylist = HLSEndToEndTests.fetch(hlsBase + "index.m3u8?token=\(TonearmCluster.botToken)")
         var listen = HTTPClientRequest(url: cluster.pairs[guest].routerURL + "/listen/\(guilds[0]).ogg?token=\(TonearmCluster.botToken)")
         listen.method = .GET
         let stream = try await HTTPClient.shared.execute(listen, timeout: .seconds(5))
@@ -255,6 +259,10 @@ final class PairCluster: @unchecked Sendable {
             if ContinuousClock.now - listenedAt > .seconds(2) { break }
         }
         #expect(stream.status.code == 200 && ogg.starts(with: Array("OggS".utf8)) && ogg.count > 8_000, "\(stream.status) \(ogg.count) bytes")
+        let playlist = try await firstPlaylist
+        let named = playlist.text.split(separator: "\n").last { $0.hasSuffix(".m4s?token=\(TonearmCluster.botToken)") }
+        let segment = try await HLSEndToEndTests.fetch(hlsBase + String(named ?? "none"))
+        #expect(playlist.status == 200 && segment.status == 200 && segment.body.count > 8_000, "\(playlist.text) \(segment.status)")
         let perPair = Dictionary(grouping: guilds, by: { owners[$0] ?? "" })
         #expect(Set(perPair.keys) == ["pair-0", "pair-1", "pair-2"], "placement: \(perPair)")
         let plays = await cluster.enginePlays()

@@ -212,22 +212,17 @@ struct ClientConnections {
         return reply.json()
     }
 
-    /// A file of `id`'s HLS stream: the playlist (refreshed every 2 s by a player: a CDN keeps it
-    /// for 1 s), the initialisation segment (the same for every session and every day: kept a
-    /// year), a media segment (never changes once cut: kept a minute, longer than the playlist
-    /// names it).
+    /// A file of `id`'s HLS stream (`HLSFile`), when `HLSFastPath` did not answer it: a player's
+    /// first playlist, a session another pair plays, a refusal.
     private func hlsFile(_ file: String, of id: SessionID, request: Request) async throws -> Response {
         guard let hls else { throw APIError(status: .notFound, code: "not_found", message: "HLS is not enabled") }
-        var headers = HTTPFields()
-        let body: ByteBuffer
+        let answer: HLSFile
         switch file {
         case "index.m3u8":
-            // The session is pinned while its segmenter starts, as a listener's is.
-            let query = request.uri.queryParameters["token"].map {
-                "token=" + (String($0).addingPercentEncoding(withAllowedCharacters: Self.unreserved) ?? "")
-            } ?? ""
+            let query = HLSFile.query(token: request.uri.queryParameters["token"])
             // A player's first request waits for the first segments of a session that plays;
             // one that plays nothing is answered at once. Later ones are answered from memory.
+            // The session is pinned while its segmenter starts, as a listener's is.
             let text: String
             if let ready = hls.ready(id, query: query) {
                 text = ready
@@ -237,30 +232,17 @@ struct ClientConnections {
                     return await hls.playlist(id, query: query, wait: playing ? .seconds(8) : .zero)
                 }
             }
-            body = ByteBuffer(string: text)
-            headers[.contentType] = "application/vnd.apple.mpegurl"
-            headers[.cacheControl] = "public, max-age=1"
+            answer = .playlist(text)
         case "init.mp4":
-            body = Self.initialization
-            headers[.contentType] = "audio/mp4"
-            headers[.cacheControl] = "public, max-age=31536000, immutable"
+            answer = .initialization
         default:
-            guard file.hasSuffix(".m4s"), let sequence = UInt32(file.dropLast(4)), let segment = hls.segment(id, sequence: sequence)
-            else {
+            guard let sequence = HLSFile.sequence(file[...]), let segment = hls.segment(id, sequence: sequence) else {
                 throw APIError(status: .notFound, code: "segment_not_found", message: "\(file) is not a segment this session keeps")
             }
-            body = segment
-            headers[.contentType] = "audio/mp4"
-            headers[.cacheControl] = "public, max-age=60"
+            answer = .segment(segment)
         }
-        return Response(status: .ok, headers: headers, body: ResponseBody(byteBuffer: body))
+        return Response(status: .ok, headers: answer.headers, body: ResponseBody(byteBuffer: answer.body))
     }
-
-    /// `init.mp4`: the same bytes for every session.
-    private static let initialization = FragmentedOpus.initialization()
-
-    /// What a token may hold unescaped in a playlist's URIs (RFC 3986's unreserved characters).
-    private static let unreserved = CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 
     /// The event of a line if it begins a track (`ready`); other events are not parsed.
     static func trackStart(_ line: String) -> WireEvent? {

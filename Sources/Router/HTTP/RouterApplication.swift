@@ -25,6 +25,8 @@ struct RouterApplication {
     var clientAddress = ClientAddress(trustedProxies: TrustedProxies())
     /// In a cluster: forwards and relays what concerns sessions other pairs own.
     var relay: ClusterRelay? = nil
+    /// The sessions' HLS segmenters, shared with `HLSFastPath` (nil: made here).
+    var hls: HLSOutput? = nil
     let startedAt = Date()
     let metrics = RouterMetrics()
 
@@ -83,7 +85,7 @@ struct RouterApplication {
         ClusterRoutes(member: relay?.member, access: access).addRoutes(to: router)
         var clients = ClientConnections(store: store, directory: directory, access: access, link: link, engine: engine)
         clients.relay = relay
-        clients.hls = HLSOutput(store: store)
+        clients.hls = hls ?? HLSOutput(store: store)
         clients.addRoutes(to: router)
         OperationsRoutes(
             store: store, directory: directory, link: link, storage: storage, startedAt: startedAt, recorder: metrics,

@@ -13,7 +13,12 @@ struct AccessControl: Sendable {
 
     /// Throws 401 without a valid token, 403 when the token is for another session.
     func authorize(_ request: Request, for session: SessionID) throws(APIError) {
-        guard let token = Self.token(in: request) else {
+        try authorize(token: Self.token(in: request), for: session)
+    }
+
+    /// `authorize` for a token already taken from its request.
+    func authorize(token: String?, for session: SessionID) throws(APIError) {
+        guard let token else {
             throw APIError(
                 status: .unauthorized, code: "unauthorized",
                 message: "a token is required: get one from POST /api/identity and send it as ?token= or Authorization: Bearer")
@@ -30,13 +35,18 @@ struct AccessControl: Sendable {
 
     /// Hearing a session (`/listen`, `/hls`): what may control it, or its listen token.
     func authorizeListening(_ request: Request, for session: SessionID) throws(APIError) {
-        if let token = Self.token(in: request), let granted = tokens.verifyListen(token) {
+        try authorizeListening(token: Self.token(in: request), for: session)
+    }
+
+    /// `authorizeListening` for a token already taken from its request (`HLSFastPath`).
+    func authorizeListening(token: String?, for session: SessionID) throws(APIError) {
+        if let token, let granted = tokens.verifyListen(token) {
             guard granted == session else {
                 throw APIError(status: .forbidden, code: "forbidden", message: "this listen token is for another session")
             }
             return
         }
-        try authorize(request, for: session)
+        try authorize(token: token, for: session)
     }
 
     private static let onlyListens = APIError(
@@ -104,10 +114,15 @@ struct AccessControl: Sendable {
     }
 
     static func token(in request: Request) -> String? {
-        if let header = request.headers[.authorization], header.hasPrefix("Bearer ") {
-            return String(header.dropFirst("Bearer ".count))
+        token(authorization: request.headers[.authorization], query: request.uri.queryParameters["token"])
+    }
+
+    /// The token of `Authorization: Bearer …`, else of `?token=` (already percent-decoded).
+    static func token(authorization: String?, query: Substring?) -> String? {
+        if let authorization, authorization.hasPrefix("Bearer ") {
+            return String(authorization.dropFirst("Bearer ".count))
         }
-        return request.uri.queryParameters["token"].map(String.init).flatMap { $0.isEmpty ? nil : $0 }
+        return query.map(String.init).flatMap { $0.isEmpty ? nil : $0 }
     }
 
     private static func constantTimeEqual(_ a: String, _ b: String) -> Bool {
