@@ -98,6 +98,19 @@ def test_every_command_against_the_router(cluster):
                 assert await commands.crossfade(0) == "Crossfade off: each track starts on the sample the last one ends."
                 assert (await link.command("state"))["crossfade_ms"] == 0
 
+                # The listeners' link: a page of the public address whose token hears the guild.
+                with pytest.raises(TonearmError) as refused:
+                    await commands.radio(None)
+                assert refused.value.code == "no_public_url" and "TONEARM_PUBLIC_URL" in refused.value.message
+                answer = await commands.radio("https://radio.example/")
+                page = answer.split("https://radio.example", 1)[1].split(" ", 1)[0]
+                assert page.startswith("/radio/?session=223344556677889900&token=l1.223344556677889900."), answer
+                token = page.split("token=", 1)[1]
+                async with http.get(f"{cluster.url}/listen/223344556677889900.ogg?token={token}") as heard:
+                    assert heard.status == 200 and (await heard.content.readexactly(4)) == b"OggS"
+                async with http.post(f"{cluster.url}/api/sessions/223344556677889900/pause?token={token}") as control:
+                    assert control.status == 403
+
                 playing = await commands.now_playing()
                 assert playing["title"] == "tone-440.mp3" and playing["duration"] == "0:30"
 

@@ -92,6 +92,9 @@ def test_a_user_plays_music_with_slash_commands(cluster):
             assert fields["Position"].endswith("/ 0:30") and fields["Status"] == "playing"
             assert f"(https://tonearm.example/guilds/#{guild.id})" in fields["Playground"]
 
+            radio = await said(await alice.slash(text, "radio"))
+            assert radio.startswith("Listen in a browser") and f"https://tonearm.example/radio/?session={guild.id}&token=l1." in radio
+
             assert await said(await alice.slash(text, "pause")) == "Paused."
             await wait_until(lambda: voice.is_paused())
             assert await said(await alice.slash(text, "resume")) == "Resumed."

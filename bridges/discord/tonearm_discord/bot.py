@@ -271,6 +271,10 @@ def register_commands(bot: TonearmBot) -> None:
 
         await answer(interaction, work)
 
+    @tree.command(description="A link for listeners outside Discord: a web page that plays this server's music")
+    async def radio(interaction: discord.Interaction) -> None:
+        await answer(interaction, lambda: guild_commands(interaction).radio(bot.config.playground_url))
+
     @tree.command(description="Leave the voice channel")
     async def leave(interaction: discord.Interaction) -> None:
         async def work() -> str:

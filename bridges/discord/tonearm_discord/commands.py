@@ -98,6 +98,24 @@ class Commands:
         async with self.http.get(url, headers={"Authorization": f"Bearer {self.token}"}) as response:
             return response.status, await response.json(content_type=None)
 
+    async def radio(self, public_url: Optional[str]) -> str:
+        """`/radio`: a link for listeners outside Discord, any number of them (the Router's
+        `/radio/` page, HLS): its listen token hears this guild's music and controls nothing."""
+        if not public_url:
+            raise TonearmError(
+                "no_public_url", "the operator has not set TONEARM_PUBLIC_URL, so I know no address listeners could reach")
+        url = f"{self.router_url}/api/sessions/{quote(self.link.guild_id, safe='')}/listen-token"
+        status, body = await self.wait(self._post(url), reason="Tonearm's listen-token")
+        if status != 200:
+            error = (body or {}).get("error") or {}
+            raise TonearmError(str(error.get("code", status)), str(error.get("message", "no listeners' link")))
+        return (f"Listen in a browser, outside Discord, with anyone you give this link: "
+                f"{public_url.rstrip('/')}{body['page']} (it hears this server's music and controls nothing)")
+
+    async def _post(self, url: str) -> tuple[int, Any]:
+        async with self.http.post(url, headers={"Authorization": f"Bearer {self.token}"}) as response:
+            return response.status, await response.json(content_type=None)
+
     async def _link(self, query: str) -> tuple[str, str, Optional[dict[str, Any]]]:
         """What a user typed as a URL: a link as it is, words as their first search result; with
         the name to say and the search result, if any."""
