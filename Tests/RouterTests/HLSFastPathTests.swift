@@ -16,18 +16,15 @@ import WireProtocol
     let tokens = IdentityTokens(secret: Data("a test secret of enough length!!".utf8))
     let store = SessionStore()
 
-    /// A session whose segmenter has cut three segments, and the fast path over it.
+    /// A session whose segmenter has cut three segments, and the fast path over it. The packets
+    /// are handed to the segmenter on the test's own thread, as its subscription would.
     func playing() async throws -> (SessionID, String, HLSOutput, HLSFastAnswers) {
         let identity = tokens.issue()
         let id = identity.sessionID
         store.register(id)
         let hls = HLSOutput(store: store)
         _ = await hls.playlist(id, query: "", wait: .zero)
-        for index in 0..<320 {
-            store.route(.audio(AudioPacket(sessionID: id, payload: ByteBuffer(bytes: [0xFC, UInt8(index % 256)]))))
-            if index % 20 == 0 { try await Task.sleep(for: .milliseconds(2)) }
-        }
-        for _ in 0..<200 where hls.segment(id, sequence: 3) == nil { try await Task.sleep(for: .milliseconds(10)) }
+        for index in 0..<320 { hls.take(.audio(ByteBuffer(bytes: [0xFC, UInt8(index % 256)])), for: id) }
         #expect(hls.segment(id, sequence: 3) != nil, "the segmenter cut three segments")
         let answers = HLSFastAnswers(hls: hls, access: AccessControl(tokens: tokens, botToken: "bot"))
         return (id, identity.token, hls, answers)

@@ -120,7 +120,8 @@ final class HLSOutput: Sendable {
         }
     }
 
-    private func take(_ message: ClientMessage, for id: SessionID) {
+    /// One message of `id`'s subscription (tests feed it directly).
+    func take(_ message: ClientMessage, for id: SessionID) {
         let nowMS = Int64((Date().timeIntervalSince1970 * 1000).rounded())
         entries.withLock { entries in
             guard entries[id] != nil else { return }
