@@ -161,7 +161,7 @@ let benchmarks: @Sendable () -> Void = {
     for subscribers in [1, 50, 1_000] {
         let fixture = PublishFixture(subscribers: subscribers)
         Benchmark(
-            "router: publish one frame to \(subscribers) stream subscriber(s) (/listen)",
+            "router: publish one frame to \(subscribers) stream subscriber(s) (AsyncStream: the HLS segmenter)",
             configuration: .init(scalingFactor: subscribers >= 1_000 ? .one : .kilo),
             closure: { benchmark in
                 for _ in benchmark.scaledIterations { fixture.publish() }

@@ -204,4 +204,83 @@ import Testing
         process.waitUntilExit()
         return text
     }
+
+    /// A listener that stops reading (a stalled player, or one that means harm) loses its own
+    /// oldest packets, then is cut; a listener of the same session reading beside it gets its
+    /// stream without a pause and hears the tone, and so does the session's bot, with the
+    /// engine's pid and the Router's link unchanged.
+    @Test func aListenerThatStopsReadingIsCutAndHoldsUpNobody() async throws {
+        let cluster = try TonearmCluster(tones: [440], seconds: 60)
+        try await cluster.startBoth()
+        defer { Task { [cluster] in await cluster.stop() } }
+        let pid = try #require(cluster.engine?.pid)
+        let bystander = SessionListener(session: "bystander", routerPort: cluster.routerPort, bot: true)
+        defer { bystander.close() }
+        #expect(await eventually { bystander.isConnected })
+        #expect(try await cluster.play("bystander", "tone-440.mp3").status == 202)
+        #expect(await bystander.hears(440))
+
+        let path = "/listen/bystander.ogg?token=\(TonearmCluster.botToken)"
+        let stalled = try StalledReader(port: cluster.routerPort, path: path)
+        let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: cluster.routerURL + path), timeout: .seconds(30))
+        var bytes = Data()
+        var arrivals: [ContinuousClock.Instant] = []
+        let started = ContinuousClock.now
+        for try await chunk in response.body {
+            bytes.append(contentsOf: chunk.readableBytesView)
+            arrivals.append(.now)
+            if ContinuousClock.now - started > .seconds(12) { break }
+        }
+        let gaps = zip(arrivals.dropFirst(), arrivals).map { milliseconds($0 - $1) }
+        #expect(gaps.max() ?? 9_999 < 500, "the reading listener waited \(gaps.max() ?? 0) ms for its stream")
+        let file = cluster.directory.file("beside.ogg")
+        try bytes.write(to: URL(fileURLWithPath: file))
+        let samples = try MediaFixture.decodeMono(file)
+        #expect(samples.count >= 48_000 * 10, "only \(samples.count) samples in 12 s")
+        #expect(abs(Spectrum.dominantFrequency(Array(samples.suffix(48_000))) - 440) < 5)
+
+        #expect(stalled.closedByPeer(within: .seconds(5)), "the listener that reads nothing was not cut")
+        let metrics = try await HTTPClient.shared.execute(HTTPClientRequest(url: cluster.routerURL + "/metrics"), timeout: .seconds(5))
+        let text = String(buffer: try await metrics.body.collect(upTo: 1 << 20))
+        #expect(text.contains("tonearm_router_slow_client_disconnects_total 1\n"), "\(text.split(separator: "\n").filter { $0.contains("slow") })")
+        try await SlowSourceEndToEndTests.expectBystanderUntouched(cluster, bystander, pid: pid)
+    }
+}
+
+/// A client that asks for `path` and never reads what comes: its receive buffer is kept small,
+/// so the Router's side of the connection fills within seconds.
+final class StalledReader {
+    private let fd: Int32
+
+    init(port: Int, path: String) throws {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw FixtureError("socket() failed") }
+        var size: Int32 = 4096
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = UInt16(port).bigEndian
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+        }
+        guard connected else { throw FixtureError("connect() failed") }
+        let request = Array("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8)
+        guard send(fd, request, request.count, 0) == request.count else { throw FixtureError("send() failed") }
+    }
+
+    /// Whether the Router closes the connection within `timeout`: what it sent is read to the end.
+    func closedByPeer(within timeout: Duration) -> Bool {
+        var wait = timeval(tv_sec: 0, tv_usec: 200_000)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, socklen_t(MemoryLayout<timeval>.size))
+        let deadline = ContinuousClock.now + timeout
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while ContinuousClock.now < deadline {
+            let got = recv(fd, &buffer, buffer.count, 0)
+            if got == 0 || (got < 0 && errno == ECONNRESET) { return true }
+        }
+        return false
+    }
+
+    deinit { close(fd) }
 }

@@ -251,57 +251,54 @@ struct ClientConnections {
         return event
     }
 
-    /// The session as an endless Ogg Opus stream, for as long as the listener stays (and keeps up).
+    /// The session as an endless Ogg Opus stream, for as long as the listener stays (and keeps up):
+    /// written by a `ListenSink` on the listener's event loop; the response's body only waits for
+    /// the listener to go or the Router to stop.
     private func listen(to id: SessionID, chains: Bool, channel: any Channel, logger: Logger) async throws -> Response {
         await Self.limitBuffering(channel)
-        let subscription = try await directory.using(id) { [store, closeGrace] _ in
-            store.subscribe(id, kind: .listener) { reason in
+        let last = store.findBySessionId(id)?.lastTrackStart
+        // Finished when the stream is over: the listener gone, the sink done with it, the Router stopping.
+        let (over, done) = AsyncStream<Never>.makeStream()
+        let sink = ListenSink(
+            eventLoop: channel.eventLoop, queueFrames: store.clientBufferFrames, window: store.newWindow(),
+            closeGrace: closeGrace, chains: chains, title: last?.title, artist: last?.artist, ended: { done.finish() }
+        ) { [store] dropped, reason in
+            store.noteSlowClient(droppedFrames: dropped, disconnected: reason != nil)
+            if let reason {
                 logger.warning("disconnecting a listener that stays behind", metadata: ["session.id": "\(id)", "reason": "\(reason)"])
-                channel.eventLoop.scheduleTask(in: closeGrace) { channel.close(promise: nil) }
             }
         }
-        let last = store.findBySessionId(id)?.lastTrackStart
-        let title = last?.title, artist = last?.artist
+        // Before the head goes out, so the sink sees it pass; the session is pinned while it is
+        // subscribed, as a WebSocket client's is.
+        try await ListenSink.install(sink, in: channel)
+        let token: UInt64
+        do {
+            token = try await directory.using(id) { [store] _ in store.subscribe(id, kind: .listener, sink: sink) }
+        } catch {
+            channel.eventLoop.execute { sink.retire() }
+            throw error
+        }
+        // Whether or not the response gets to its body.
+        channel.closeFuture.whenComplete { [store] _ in
+            store.unsubscribe(id, token: token)
+            done.finish()
+        }
         var headers = HTTPFields()
         headers[.contentType] = "audio/ogg"
         headers[.cacheControl] = "no-store"
         return Response(
             status: .ok, headers: headers,
             body: ResponseBody { [store] writer in
-                let end: @Sendable () -> Void = { store.unsubscribe(subscription.sessionID, token: subscription.token) }
-                defer { end() }
-                // The stream never ends by itself: it ends with the listener's connection (which a
-                // quiet session would otherwise notice only at its next write) and when the Router
-                // stops (a graceful shutdown waits for every response, and would wait for ever).
-                channel.closeFuture.whenComplete { _ in end() }
-                var ogg = OggOpusWriter()
-                // The headers go with the first packet, so a listener that arrives before the
-                // first track begins gets its title in them rather than an empty first stream.
-                var (title, artist) = (title, artist)
-                var begun = false
-                try await withGracefulShutdownHandler {
-                    for await message in subscription.messages {
-                        switch message {
-                        case .audio(let packet):
-                            if !begun {
-                                try await writer.write(ogg.headers(title: title, artist: artist))
-                                begun = true
-                            }
-                            try await writer.write(ogg.page(for: packet))
-                        case .event(let line):
-                            // `ready` comes just before its play's first packet (docs/wire-protocol.md).
-                            guard chains || !begun, let ready = Self.trackStart(line) else { continue }
-                            if begun {
-                                try await writer.write(ogg.chain(title: ready.title, artist: ready.artist))
-                            } else {
-                                (title, artist) = (ready.title, ready.artist)
-                            }
-                        }
-                    }
+                defer { store.unsubscribe(id, token: token) }
+                // The stream never ends by itself: it ends with the listener's connection, when the
+                // sink is done with it, and when the Router stops (a graceful shutdown waits for
+                // every response, and would wait for ever).
+                await withGracefulShutdownHandler {
+                    for await _ in over {}
                 } onGracefulShutdown: {
-                    end()
+                    store.unsubscribe(id, token: token)
                     // A listener that reads nothing would keep the last write, and the shutdown, waiting.
-                    channel.eventLoop.scheduleTask(in: Self.shutdownGrace) { channel.close(promise: nil) }
+                    channel.eventLoop.execute { sink.leave(grace: Self.shutdownGrace) }
                 }
                 try await writer.finish(nil)
             })
