@@ -1,4 +1,5 @@
 import NIOCore
+import NIOEmbedded
 import Testing
 import WireProtocol
 
@@ -115,5 +116,34 @@ import WireProtocol
                            .milliseconds(1600), .seconds(2), .seconds(2), .seconds(2)])
         backoff.reset()
         #expect(backoff.next() == .milliseconds(100))
+    }
+
+    enum First {}
+    enum Second {}
+
+    /// A sink that encodes a message with its kind's name, and keeps what it was given.
+    final class Tagged<Kind>: ClientSink, @unchecked Sendable {
+        let eventLoop: any EventLoop
+        private(set) var got: [String] = []
+        init(_ loop: any EventLoop) { eventLoop = loop }
+        func encode(_ message: ClientMessage) -> ByteBuffer {
+            guard case .audio(let packet) = message else { return ByteBuffer() }
+            return ByteBuffer(string: "\(Kind.self):\(String(buffer: packet))")
+        }
+        func deliver(_ bytes: ByteBuffer, audio: Bool) { got.append(String(buffer: bytes)) }
+    }
+
+    /// Sinks of two kinds on one event loop (a WebSocket client and a `/listen` listener of one
+    /// session on one connection loop) each get their own kind's bytes, encoded once per kind.
+    @Test func sinksOfTwoKindsOnOneLoopEachGetTheirOwnEncoding() throws {
+        let store = SessionStore()
+        let id = try SessionID("both")
+        let loop = EmbeddedEventLoop()
+        let first = Tagged<First>(loop), second = Tagged<Second>(loop), another = Tagged<First>(loop)
+        for sink in [first, second, another] as [any ClientSink] { _ = store.subscribe(id, kind: .listener, sink: sink) }
+        store.route(.audio(AudioPacket(sessionID: id, payload: ByteBuffer(string: "x"))))
+        loop.run()
+        #expect(first.got == ["First:x"] && another.got == ["First:x"])
+        #expect(second.got == ["Second:x"])
     }
 }

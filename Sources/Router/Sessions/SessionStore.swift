@@ -57,6 +57,7 @@ package final class SessionStore: Sendable {
         static let limit = 15
     }
 
+    /// Sinks of one kind on one event loop: each message is encoded once for all of them.
     struct LoopGroup: Sendable {
         let loop: any EventLoop
         var sinks: [any ClientSink]
@@ -230,11 +231,15 @@ package final class SessionStore: Sendable {
         if case .stream(let continuation) = subscriber?.output { continuation.finish() }
     }
 
+    /// Groups the sinks by event loop and by kind: a group's message is encoded once, by its
+    /// first sink, so a WebSocket client and a `/listen` listener on one loop are two groups
+    /// (one would otherwise get the other's bytes: a WebSocket frame wrapped in an Ogg page).
     private static func regroup(_ entry: inout Entry) {
         var groups: [LoopGroup] = []
         for subscriber in entry.subscribers.values {
             guard case .sink(let sink) = subscriber.output else { continue }
-            if let index = groups.firstIndex(where: { $0.loop === sink.eventLoop }) {
+            let kind = ObjectIdentifier(type(of: sink))
+            if let index = groups.firstIndex(where: { $0.loop === sink.eventLoop && ObjectIdentifier(type(of: $0.sinks[0])) == kind }) {
                 groups[index].sinks.append(sink)
             } else {
                 groups.append(LoopGroup(loop: sink.eventLoop, sinks: [sink]))
