@@ -574,8 +574,30 @@ def radio(browser, url, _):
 
 
 BOT_TOKEN = os.environ.get("TONEARM_BOT_TOKEN", "test-bot-token")
+def ogg(browser, url, _):
+    """A browser with neither WebCodecs nor Opus in Media Source (made so here, before the page
+    loads): the page's last resort, its <audio> element on the session's Ogg stream
+    (`/listen/{id}.ogg?chain=0`, written by the Router's ListenSink), heard through each change."""
+    context = browser.new_context()
+    context.add_init_script("delete window.AudioDecoder; if (window.MediaSource) MediaSource.isTypeSupported = () => false;")
+    page = context.new_page()
+    page.on("pageerror", lambda error: print("page error:", error, flush=True))
+    page.goto(url)
+    page.wait_for_function("window.tonearm && window.tonearm.connection === 'connected'", timeout=10000)
+    check(page.evaluate("tonearm.mode") == "ogg", "the page falls back to the Ogg stream")
+    play(page, "tone-440.mp3")
+    check(hears(page, 440, 10), "its <audio> element plays the session: 440 Hz")
+    page.click("#toggle")
+    check(wait(lambda: page.evaluate("tonearm.rms(0.1)") < 0.01, 3), "pause silences it")
+    page.click("#toggle")
+    check(hears(page, 440, 10), "resume is heard again, from the live edge")
+    play(page, "tone-660.mp3")
+    check(hears(page, 660, 10), "a new track in the same stream (no chain) is heard: 660 Hz")
+    context.close()
+
+
 SCENARIOS = {f.__name__: f for f in [isolation, stop, replace, controls, queue, errors, restart, guilds, search, stall,
-                                     plain_http, https, latency, radio]}
+                                     plain_http, https, latency, radio, ogg]}
 
 
 def trusting(authority):

@@ -124,6 +124,14 @@ import TestSupport
         try await browse(cluster, "plain_http", arguments: ["--insecure"])
     }
 
+    /// A browser that has neither WebCodecs nor Opus in Media Source plays the session's Ogg
+    /// stream in its <audio> element: heard, paused, resumed and changed.
+    @Test func withoutOpusInMediaSourceTheOggStreamIsHeard() async throws {
+        let cluster = try await cluster()
+        defer { Task { [cluster] in await cluster.stop() } }
+        try await browse(cluster, "ogg")
+    }
+
     /// Control → heard at p95 over 5 rounds (10 for docs/architecture.md's table: `--rounds 10`;
     /// every p95 measured there was under 310 ms, well inside the bound), on both players: Media Source on a host-name origin
     /// over plain HTTP, WebCodecs on 127.0.0.1 (a secure context). The figures are printed.

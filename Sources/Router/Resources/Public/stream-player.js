@@ -131,21 +131,27 @@ export class StreamPlayer extends ElementMeter {
 
 
 /** The last resort, for browsers without Opus in Media Source: the session's Ogg stream
- *  (`/listen/{id}.ogg`), reloaded at the live edge whenever playback (re)starts. */
-export class ListenPlayer {
+ *  (`/listen/{id}.ogg`), reloaded at the live edge whenever playback (re)starts. Its output is
+ *  measured as the other players' is (what tests hear). */
+export class ListenPlayer extends ElementMeter {
   constructor(audio, url) {
-    Object.assign(this, { audio, url, wanted: false });
+    super(audio);
+    Object.assign(this, { url, wanted: false });
     this.stats = { decoded: 0, underruns: 0, skipped: 0, lastArrival: 0, maxGapMs: 0 };
     this.depth = 0;
   }
 
   start() {
     this.wanted = true;
+    this.openOutput();
     this.audio.src = `${this.url}&at=${Date.now()}`;
     this.audio.play().catch(() => {});
   }
 
-  unlock() { if (this.wanted && this.audio.paused) this.start(); }
+  unlock() {
+    this.openOutput();
+    if (this.wanted && this.audio.paused) this.start();
+  }
 
   follow(playing) {
     if (playing && !this.wanted) this.start();
@@ -157,11 +163,8 @@ export class ListenPlayer {
     this.audio.pause();
   }
 
-  get state() { return "none"; }
+  get state() { return this.context?.state ?? "none"; }
   get lead() { return 0; }
   push() {}
   idle() {}
-  samples() { return new Float32Array(0); }
-  rms() { return 0; }
-  dominantFrequency() { return 0; }
 }
