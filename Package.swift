@@ -164,6 +164,8 @@ let package = Package(
             name: "RouterTests",
             dependencies: [
                 "TonearmRouter", "WireProtocol", "EngineAPI", "ServiceSupport", "TestSupport",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),

@@ -24,6 +24,9 @@ public struct SessionInfo: Sendable, Equatable, Codable {
     /// A play held until this wall-clock moment (a hand-over from another engine): not heard
     /// yet. Absent otherwise.
     public var startAtMS: Int64?
+    /// A play handed over to another engine at this wall-clock moment: it is not heard from
+    /// then on. Absent otherwise.
+    public var handOverAtMS: Int64?
     /// The Opus complexity the session's frames are encoded at now (the engine lowers it under
     /// load); absent while it passes packets through or plays nothing.
     public var complexity: Int?
@@ -32,10 +35,12 @@ public struct SessionInfo: Sendable, Equatable, Codable {
         sessionID: SessionID, state: SessionState, playID: UInt64? = nil, url: String? = nil, title: String? = nil,
         thumbnail: String? = nil, durationMS: Int64? = nil, positionMS: Int64 = 0, volume: Int = 100,
         passthrough: Bool = false, frames: FrameCounters = FrameCounters(), filters: Filters? = nil,
-        normalize: Bool = false, cue: Bool? = nil, startAtMS: Int64? = nil, complexity: Int? = nil
+        normalize: Bool = false, cue: Bool? = nil, startAtMS: Int64? = nil, handOverAtMS: Int64? = nil,
+        complexity: Int? = nil
     ) {
         self.cue = cue
         self.startAtMS = startAtMS
+        self.handOverAtMS = handOverAtMS
         self.complexity = complexity
         self.sessionID = sessionID
         self.state = state
@@ -59,5 +64,6 @@ public struct SessionInfo: Sendable, Equatable, Codable {
         case durationMS = "duration_ms"
         case positionMS = "position_ms"
         case startAtMS = "start_at_ms"
+        case handOverAtMS = "handover_at_ms"
     }
 }

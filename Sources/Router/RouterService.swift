@@ -6,6 +6,7 @@ import HummingbirdCore
 import HummingbirdTLS
 import HummingbirdWebSocket
 import Logging
+import NIOCore
 import PostgresNIO
 import ServiceLifecycle
 import ServiceSupport
@@ -42,6 +43,14 @@ package enum RouterService {
         if let member {
             member.attach(directory)
             member.readLoad { [store] in store.engineLoad }
+            let patience = TimeAmount.nanoseconds(Int64(ClusterDatabase.seconds(member.settings.renewEvery) * 1e9))
+            member.sendFences { [logger] fence in
+                do throws(APIError) {
+                    _ = try await engine.fence(fence, timeout: patience)
+                } catch {
+                    logger.warning("the engine did not take this pair's fence", metadata: ["error": "\(error.message)"])
+                }
+            }
             await directory.onRelease { id in await member.released(id) }
         }
         let (events, eventSink) = AsyncStream<WireEvent>.makeStream()
@@ -60,7 +69,8 @@ package enum RouterService {
             api.identityLimit = RateLimiter(perMinute: configuration.identityPerMinute, burst: configuration.identityBurst)
         }
         api.clientAddress = ClientAddress(trustedProxies: configuration.trustedProxies)
-        if let member { api.relay = ClusterRelay(member: member, http: HTTPClient.shared, logger: logger) }
+        let relay = member.map { ClusterRelay(member: $0, http: HTTPClient.shared, logger: logger) }
+        api.relay = relay
         let hls = HLSOutput(store: store)
         api.hls = hls
         var answers = HLSFastAnswers(hls: hls, access: access)
@@ -104,7 +114,7 @@ package enum RouterService {
                         service: TrustedProxyRefresh(proxies: configuration.trustedProxies, logger: logger),
                         successTerminationBehavior: .ignore),
                     .init(service: app),
-                ] + (member.map { [.init(service: ClusterHandOver(member: $0))] } ?? []) + [
+                ] + (relay.map { [.init(service: ClusterHandOver(member: $0.member, relayed: $0.clients))] } ?? []) + [
                     // Told of the shutdown first: its clock then runs while the rest stop.
                     .init(service: ShutdownDeadline(limit: .milliseconds(2_500), writer: writer, logger: logger)),
                 ],

@@ -60,6 +60,25 @@ import WireProtocol
         #expect(live == [3])
     }
 
+    /// A relay leaving (its Router stops) is unsubscribed and, in the same step, the frames from
+    /// the next one on are kept: its client, back a moment later, gets exactly the frames its
+    /// relay was not sent, then the live ones. Frames kept from earlier (a hand-over) stay kept.
+    @Test func aRelayThatLeavesFindsTheFramesAfterItsLastKept() async throws {
+        let store = SessionStore()
+        let id = try SessionID("relayed")
+        let relay = store.subscribe(id)
+        for i in 0..<4 { store.route(packet(id, UInt8(i))) }
+        store.unsubscribeKeepingCatchUp(id, token: relay.token, keep: .seconds(1))
+        for i in 4..<8 { store.route(packet(id, UInt8(i))) }
+        let sent = await drain(relay, 8).compactMap { if case .audio(let p) = $0 { p.getInteger(at: p.readerIndex, as: UInt8.self) } else { nil } }
+        #expect(sent == [0, 1, 2, 3], "the relay was sent frames after it left")
+        let back = store.subscribe(id)
+        store.route(packet(id, 8))
+        let got = await drain(back, 5).compactMap { if case .audio(let p) = $0 { p.getInteger(at: p.readerIndex, as: UInt8.self) } else { nil } }
+        #expect(got == [4, 5, 6, 7, 8])
+        #expect(store.subscriberCount(id) == 1)
+    }
+
     @Test func packetsForUnknownSessionsAreDroppedAndCounted() throws {
         let store = SessionStore()
         store.route(packet(try SessionID("ghost"), 1))

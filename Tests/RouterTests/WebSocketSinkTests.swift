@@ -72,6 +72,27 @@ import Testing
         #expect(try written(channel) == ["e1", "e2", "a2"])
     }
 
+    /// A relay leaving its owner: 4012 once what waits has been written, not in its place (those
+    /// frames are the relay's last before its client moves; the owner keeps the ones after).
+    @Test func aMoveAfterWaitingClosesOnceWhatWaitsIsWritten() throws {
+        let (channel, sink, _) = try sink(queueFrames: 5)
+        channel.isWritable = false
+        for frame in 1...3 { sink.deliver(ByteBuffer(string: "a\(frame)"), audio: true) }
+        sink.movedAfterWaiting()
+        #expect(try written(channel).isEmpty)
+        channel.isWritable = true
+        channel.pipeline.fireChannelWritabilityChanged()
+        var out: [ByteBuffer] = []
+        while let buffer = try channel.readOutbound(as: ByteBuffer.self) { out.append(buffer) }
+        #expect(out.prefix(3).map { String(buffer: $0) } == ["a1", "a2", "a3"])
+        let close = try #require(out.dropFirst(3).first)
+        #expect(close.readableBytesView.first == 0x88 && out.count == 4)
+        #expect(close.getInteger(at: close.readerIndex + 2, as: UInt16.self) == 4012)
+        // Nothing is written after the close.
+        sink.deliver(ByteBuffer(string: "a4"), audio: true)
+        #expect(try written(channel).isEmpty)
+    }
+
     @Test func aClientThatStaysBehindIsToldWhyAndCut() throws {
         let (channel, sink, reports) = try sink(queueFrames: 2, window: 100, dropLimit: 5)
         channel.isWritable = false

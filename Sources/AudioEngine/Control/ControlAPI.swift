@@ -21,6 +21,7 @@ struct ControlAPI: Sendable {
         let routes = RouteTable()
         router.add(middleware: APIErrorMiddleware(routes: routes))
         addSessionRoutes(to: router)
+        addFenceRoutes(to: router)
         addLookupRoutes(to: router)
         addOperationsRoutes(to: router)
         routes.load(from: router)
@@ -41,10 +42,10 @@ struct ControlAPI: Sendable {
 
     /// The JSON body as `T`; an empty body is `empty` when given, else refused.
     static func decode<T: Decodable>(
-        _ type: T.Type, _ request: Request, _ context: some RequestContext, empty: T? = nil
+        _ type: T.Type, _ request: Request, _ context: some RequestContext, empty: T? = nil, limit: Int = 64 * 1024
     ) async throws -> T {
         var request = request
-        let buffer = try await request.collectBody(upTo: 64 * 1024)
+        let buffer = try await request.collectBody(upTo: limit)
         guard buffer.readableBytesView.contains(where: { !" \r\n\t".utf8.contains($0) }) else {
             if let empty { return empty }
             throw APIError.badRequest("invalid_json", "the body is empty; send a JSON object")

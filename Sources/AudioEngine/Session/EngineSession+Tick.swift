@@ -35,7 +35,7 @@ extension EngineSession {
             guard wallMS >= start else { return outcome }
             startAtMS = nil
         }
-        if let handOver, positionMS >= handOver.positionMS || wallMS >= handOver.deadlineMS {
+        if let handOver, positionMS >= handOver.positionMS || wallMS >= MediaTime.sum(handOver.atMS, 100) {
             handedOver(id, playback, into: &batch)
             outcome.ended = playback
             return outcome

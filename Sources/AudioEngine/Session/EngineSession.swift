@@ -42,9 +42,9 @@ struct EngineSession {
     var lastChange = ContinuousClock.now
     /// Wall-clock ms before which the play sends nothing: a hand-over's start (PlayRequest).
     var startAtMS: Int64?
-    /// A hand-over to another engine: the play ends before its frame at `positionMS`, or at
-    /// `deadlineMS` (wall clock) if it fell behind and has not reached it.
-    var handOver: (positionMS: Int64, deadlineMS: Int64)?
+    /// A hand-over to another engine at wall-clock `atMS`: the play ends before its frame at
+    /// `positionMS`, or 100 ms past the moment if it fell behind and has not reached it.
+    var handOver: (positionMS: Int64, atMS: Int64)?
 
     /// Cue points in joins, kept across plays; off for a new session.
     var cue = false
@@ -140,7 +140,7 @@ struct EngineSession {
         let position = MediaTime.sum(positionMS, Int64(min(Double(frames * 20) * filters.sourceRate, 1e12)))
         let target = durationMS.map { min(position, $0) } ?? position
         // A play that fell behind gets a few ticks to catch up, no more: the other engine starts then.
-        handOver = (target, MediaTime.sum(atMS, 100))
+        handOver = (target, atMS)
         lastChange = .now
         return target
     }
@@ -192,7 +192,7 @@ struct EngineSession {
             sessionID: id, state: machine.state, playID: machine.playID, url: url, title: title,
             thumbnail: metadata?.thumbnail, durationMS: durationMS, positionMS: positionMS, volume: volume,
             passthrough: passthrough, frames: counters, filters: filters.isEmpty ? nil : filters, normalize: normalize,
-            cue: cue, startAtMS: startAtMS,
+            cue: cue, startAtMS: startAtMS, handOverAtMS: handOver?.atMS,
             complexity: playback != nil && !passthrough && machine.state == .streaming ? Int(complexity) : nil)
     }
 }

@@ -17,7 +17,9 @@ extension SessionManager {
         var retired: [Playback] = []
         let refillAt = max(configuration.leadFrames - configuration.refillFrames, 0)
         let wallMS = Self.wallClockMS()
+        var fenced = 0
         state.withLock { state in
+            fenced = Self.lapseFence(&state, retired: &retired)
             for event in state.pendingEvents { batch.append(event) }
             state.pendingEvents.removeAll(keepingCapacity: true)
             state.ticks += 1
@@ -53,6 +55,7 @@ extension SessionManager {
         }
         fills.schedule(claimed: refill, on: .workers)
         fills.retire(retired)
+        if fenced > 0 { logger.warning("the fence's time ran out; plays stopped", metadata: ["plays": "\(fenced)"]) }
     }
 
     /// Counts ticks the pacer ran at once after the one before because it woke a whole interval

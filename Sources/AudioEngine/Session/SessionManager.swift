@@ -25,6 +25,8 @@ package final class SessionManager: Sendable {
         /// Transcoded frames sent, and those that were the last encoded ahead (nearly late).
         var transcodedFrames: UInt64 = 0
         var tightFrames: UInt64 = 0
+        /// What a cluster pair's Router lets this engine play (nil: anything).
+        var fence: PlayFence?
     }
 
     let state = Mutex(State())
@@ -86,6 +88,7 @@ package final class SessionManager: Sendable {
         if case .ready(let source) = plan { ready = source }
         var replaced: Playback?
         let playback = try state.withLock { state throws(APIError) -> Playback in
+            try Self.checkFence(sessionID, state)
             let active = state.sessions.reduce(0) { $0 + ($1.value.machine.hasActivePlay && $1.key != sessionID ? 1 : 0) }
             guard active < configuration.maxSessions else {
                 throw APIError(

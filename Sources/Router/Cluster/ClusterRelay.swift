@@ -26,6 +26,8 @@ struct ClusterRelay: Sendable {
     let member: ClusterMember
     let http: HTTPClient
     let logger: Logger
+    /// The clients relayed now, moved when the Router stops.
+    var clients = RelayedClients()
 
     static let forwardedHeader = HTTPField.Name("X-Tonearm-Forwarded")!
 
@@ -83,42 +85,84 @@ struct ClusterRelay: Sendable {
 
     /// Relays a WebSocket client of session `id` to its owner, following the session from pair
     /// to pair, until the client leaves or the session comes to this pair (then the client is
-    /// told to connect again, with 4012, and is served here).
+    /// told to connect again, with 4012, and is served here). When this Router stops, the client
+    /// is moved as a hand-over moves one (`leave`): nothing it was to hear is skipped.
     func relay(
         _ id: SessionID, first address: String, request: Request, inbound: WebSocketInboundStream,
         outbound: WebSocketOutboundWriter
     ) async throws {
-        let upstreamWriter = UpstreamSlot()
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            // The client's messages go to whichever upstream is connected.
-            group.addTask {
-                for try await message in inbound.messages(maxSize: 64 * 1024) {
-                    guard case .text(let text) = message else { continue }
-                    if let writer = upstreamWriter.writer.withLock({ $0 }), (try? await writer.write(.text(text))) != nil { continue }
-                    try await outbound.write(.text(Self.unavailableReply(to: text)))
+        let slot = UpstreamSlot()
+        let (key, leaving) = clients.add()
+        defer { clients.remove(key) }
+        try await withGracefulShutdownHandler {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                // The client's messages go to whichever upstream is connected.
+                group.addTask {
+                    for try await message in inbound.messages(maxSize: 64 * 1024) {
+                        guard case .text(let text) = message else { continue }
+                        if let writer = slot.writer.withLock({ $0 }), (try? await writer.write(.text(text))) != nil { continue }
+                        try await outbound.write(.text(Self.unavailableReply(to: text)))
+                    }
                 }
-            }
-            group.addTask {
-                var address = address
-                while true {
-                    let ending = await upstream(id, address: address, request: request, outbound: outbound, writer: upstreamWriter)
-                    upstreamWriter.writer.withLock { $0 = nil }
-                    if case .refused(let frame) = ending {
-                        try await outbound.close(frame.closeCode, reason: frame.reason)
+                group.addTask {
+                    var address = address
+                    while true {
+                        let ending = await upstream(id, address: address, request: request, outbound: outbound, slot: slot)
+                        slot.writer.withLock { $0 = nil }
+                        if slot.isLeaving {
+                            try await Self.move(outbound, slot)
+                            return
+                        }
+                        if case .refused(let frame) = ending {
+                            try await outbound.close(frame.closeCode, reason: frame.reason)
+                            return
+                        }
+                        let placement = try await placeWaiting(id)
+                        guard case .remote(let next) = placement else {
+                            try await Self.move(outbound, slot)
+                            return
+                        }
+                        if next == address, case .lost = ending { try await Task.sleep(for: .milliseconds(200)) }
+                        address = next
+                    }
+                }
+                group.addTask {
+                    for await _ in leaving {
+                        try await self.leave(outbound, slot)
                         return
                     }
-                    let placement = try await placeWaiting(id)
-                    guard case .remote(let next) = placement else {
-                        try await outbound.close(.init(codeNumber: 4012), reason: "session_moved: connect again")
-                        return
-                    }
-                    if next == address, case .lost = ending { try await Task.sleep(for: .milliseconds(200)) }
-                    address = next
                 }
+                try await group.next()
+                group.cancelAll()
             }
-            try await group.next()
-            group.cancelAll()
+        } onGracefulShutdown: { [clients] in
+            // Normally done before (ClusterHandOver); this is for a Router stopped otherwise.
+            Task { await clients.leaveAll(patience: .zero) }
         }
+    }
+
+    /// The message a relay sends its upstream when its Router stops: the owner stops sending to
+    /// it after the frames already on their way, keeps the frames after them for the client's
+    /// next connection, and closes the upstream with 4012 (ClientConnections).
+    static let leaveMessage = #"{"op":"relay_leave"}"#
+    /// How long a leaving relay waits for its owner to close the upstream.
+    static let leaveGrace: Duration = .milliseconds(500)
+
+    /// This Router stops: the upstream is asked to end after the frames sent so far, which are
+    /// passed on; then the client is told to connect again (4012), at once if no upstream is
+    /// connected, after `leaveGrace` at the latest.
+    private func leave(_ outbound: WebSocketOutboundWriter, _ slot: UpstreamSlot) async throws {
+        slot.leaving.store(true, ordering: .relaxed)
+        if let writer = slot.writer.withLock({ $0 }), (try? await writer.write(.text(Self.leaveMessage))) != nil {
+            try await Task.sleep(for: Self.leaveGrace)
+        }
+        try await Self.move(outbound, slot)
+    }
+
+    /// Closes the client with 4012 (once): its next connection finds the session's owner.
+    private static func move(_ outbound: WebSocketOutboundWriter, _ slot: UpstreamSlot) async throws {
+        guard !slot.moved.exchange(true, ordering: .relaxed) else { return }
+        try await outbound.close(.init(codeNumber: 4012), reason: "session_moved: connect again")
     }
 
     enum UpstreamEnding {
@@ -135,13 +179,14 @@ struct ClusterRelay: Sendable {
     /// last frame: the relay stays to the end of it.
     private func upstream(
         _ id: SessionID, address: String, request: Request, outbound: WebSocketOutboundWriter,
-        writer: UpstreamSlot
+        slot writer: UpstreamSlot
     ) async -> UpstreamEnding {
         let url = address.replacingOccurrences(of: "http", with: "ws", options: .anchored) + request.uri.description
         var headers = HTTPFields()
         if let authorization = request.headers[.authorization] { headers[.authorization] = authorization }
         headers[Self.forwardedHeader] = member.settings.pairID
-        let configuration = WebSocketClientConfiguration(maxFrameSize: 1 << 16, additionalHeaders: headers)
+        // A close handshake with an owner that was cut off waits out this, not 15 s.
+        let configuration = WebSocketClientConfiguration(maxFrameSize: 1 << 16, additionalHeaders: headers, closeTimeout: .seconds(1))
         enum Outcome: Sendable {
             case closed(WebSocketCloseFrame?)
             case moved
@@ -150,7 +195,9 @@ struct ClusterRelay: Sendable {
         do {
             let outcome = try await withThrowingTaskGroup(of: Outcome.self) { group in
                 group.addTask {
-                    .closed(
+                    // A connection to an owner cut off is not made until TCP gives up (10 s):
+                    // when the session has moved meanwhile, it is left to fail by itself.
+                    let connection = Task {
                         try await WebSocketClient.connect(url: url, configuration: configuration, logger: logger) { inbound, upstreamOutbound, _ in
                             writer.writer.withLock { $0 = upstreamOutbound }
                             for try await message in inbound.messages(maxSize: 1 << 20) {
@@ -160,7 +207,10 @@ struct ClusterRelay: Sendable {
                                 case .text(let text): try await outbound.write(.text(text))
                                 }
                             }
-                        })
+                        }
+                    }
+                    guard let result = await connection.resultUnlessCancelled() else { return .moved }
+                    return .closed(try result.get())
                 }
                 group.addTask {
                     // The owner may change without this connection noticing (a pair cut off).
@@ -197,6 +247,11 @@ final class UpstreamSlot: Sendable {
     let writer = Mutex<WebSocketOutboundWriter?>(nil)
     /// When the upstream last sent anything.
     let lastHeard = Mutex(ContinuousClock.now)
+    /// The Router is stopping: the relay moves its client once the upstream ends.
+    let leaving = Atomic<Bool>(false)
+    /// The client has been told to connect again.
+    let moved = Atomic<Bool>(false)
+    var isLeaving: Bool { leaving.load(ordering: .relaxed) }
 }
 
 /// Forwards requests for sessions another pair owns (`/api/sessions/{id}…`, `/listen/{id}.ogg`)
@@ -271,12 +326,42 @@ struct ClusterRoutes {
 }
 
 /// Hands the pair's sessions over when the Router is told to stop, before anything else stops
-/// (it is the second-last service, told right after the shutdown deadline starts its clock).
+/// (it is the second-last service, told right after the shutdown deadline starts its clock),
+/// then moves the clients it relays to other pairs.
 struct ClusterHandOver: Service {
     let member: ClusterMember
+    let relayed: RelayedClients
 
     func run() async {
         try? await gracefulShutdown()
         await member.handOver()
+        await relayed.leaveAll(patience: ClusterRelay.leaveGrace + .milliseconds(200))
     }
+}
+
+extension Task where Failure == any Error {
+    /// The task's result, or nil as soon as the caller is cancelled: the task is then cancelled
+    /// and left to end by itself (a connection attempt that only a timeout ends).
+    func resultUnlessCancelled() async -> Result<Success, any Error>? {
+        let waiting = ResumeOnce<Result<Success, any Error>?>()
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                waiting.hold(continuation)
+                _Concurrency.Task<Void, Never> { waiting.resume(returning: await self.result) }
+                if _Concurrency.Task<Never, Never>.isCancelled { waiting.resume(returning: nil) }
+            }
+        } onCancel: {
+            self.cancel()
+            waiting.resume(returning: nil)
+        }
+    }
+}
+
+/// A continuation resumed by whichever comes first; later ones are ignored.
+final class ResumeOnce<T: Sendable>: Sendable {
+    private let continuation = Mutex<CheckedContinuation<T, Never>?>(nil)
+
+    func hold(_ continuation: CheckedContinuation<T, Never>) { self.continuation.withLock { $0 = continuation } }
+
+    func resume(returning value: T) { continuation.withLock { $0.take() }?.resume(returning: value) }
 }

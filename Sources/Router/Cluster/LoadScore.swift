@@ -15,12 +15,15 @@ enum LoadScore {
     /// (rendezvous hashing): every pair picks the same one for a session, and sessions placed at
     /// once spread over the tied pairs instead of all going to the first by name.
     /// A pair whose engine refuses new plays (`engine_full` in its load report) gets one only
-    /// when every pair does.
+    /// when every pair does; so does a pair whose heartbeats have not come steadily for a lease
+    /// (back from a cut, or just started: its rounds may fail again before it can renew).
     static func best(of pairs: [ClusterDatabase.Pair], for session: String) -> ClusterDatabase.Pair? {
-        let open = pairs.filter { !$0.draining && $0.sessions < $0.maxSessions }
-        let admitting = open.filter(\.admitting)
-        return (admitting.isEmpty ? open : admitting)
-            .min { (score($0), rank(session, $0.id)) < (score($1), rank(session, $1.id)) }
+        var candidates = pairs.filter { !$0.draining && $0.sessions < $0.maxSessions }
+        for preferred in [\ClusterDatabase.Pair.admitting, \.steady] {
+            let kept = candidates.filter { $0[keyPath: preferred] }
+            if !kept.isEmpty { candidates = kept }
+        }
+        return candidates.min { (score($0), rank(session, $0.id)) < (score($1), rank(session, $1.id)) }
     }
 
     /// FNV-1a of the session and pair names: the same on every pair and every run.

@@ -95,6 +95,12 @@ struct EngineClient: EngineControl {
         try Self.decode(LayerStarted.self, try await send(.POST, "/session/\(Self.segment(id))/layers", body: Self.json(request)))
     }
 
+    /// Sets what the engine may play (a cluster pair's fence, engine-api.md "Fence").
+    func fence(_ fence: Fence, timeout: TimeAmount) async throws(APIError) -> FenceState {
+        let reply = try await send(.PUT, "/fence", body: Self.json(fence), timeout: timeout)
+        return try Self.decode(FenceState.self, reply)
+    }
+
     /// Ends a layer of the session's play.
     func removeLayer(_ id: SessionID, layerID: UInt64) async throws(APIError) -> LayerStopped {
         try Self.decode(LayerStopped.self, try await send(.DELETE, "/session/\(Self.segment(id))/layers/\(layerID)", body: nil))

@@ -153,9 +153,17 @@ struct ClientConnections {
             return (controller, token)
         }
         defer { store.unsubscribe(id, token: token) }
+        let relayed = context.request.headers[ClusterRelay.forwardedHeader] != nil
         try await withGracefulShutdownHandler {
             for try await message in inbound.messages(maxSize: 64 * 1024) {
                 guard case .text(let text) = message else { continue }
+                if relayed, text == ClusterRelay.leaveMessage {
+                    // The relaying Router stops: what was sent to it goes on to its client, the
+                    // frames after are kept for the client's next connection here.
+                    store.unsubscribeKeepingCatchUp(id, token: token, keep: .seconds(1))
+                    sink.eventLoop.execute { sink.movedAfterWaiting() }
+                    continue
+                }
                 send(.event(await command(text, on: controller, id: id, limited: limited)), to: sink)
             }
         } onGracefulShutdown: {

@@ -34,6 +34,8 @@ final class WebSocketSink: ChannelDuplexHandler, ClientSink, @unchecked Sendable
     /// The client has been told to go (too slow, or the Router is stopping): nothing more is
     /// sent, and the connection is cut after the grace whatever the client does.
     private var leaving = false
+    /// Told to move once what waits is written (`movedAfterWaiting`).
+    private var moveWhenDrained = false
 
     init(
         eventLoop: any EventLoop, queueFrames: Int, window: SlowClientWindow, closeGrace: TimeAmount,
@@ -97,6 +99,7 @@ final class WebSocketSink: ChannelDuplexHandler, ClientSink, @unchecked Sendable
                 wrote = true
             }
             if wrote { context.flush() }
+            if moveWhenDrained && waiting.isEmpty { moved() }
         }
         context.fireChannelWritabilityChanged()
     }
@@ -117,6 +120,14 @@ final class WebSocketSink: ChannelDuplexHandler, ClientSink, @unchecked Sendable
     func moved() {
         guard let context, !leaving else { return }
         leave(context, code: 4012, reason: "session_moved: this session now plays on another pair; connect again", grace: closeGrace)
+    }
+
+    /// Close code 4012 once every message already handed to this sink is written: what a relay
+    /// leaving its owner asks for, so the frames before the cut all reach the relay (the owner
+    /// keeps the ones after it for the client's next connection).
+    func movedAfterWaiting() {
+        guard context != nil, !leaving else { return }
+        if waiting.isEmpty { moved() } else { moveWhenDrained = true }
     }
 
     func goAway(grace: TimeAmount) {

@@ -104,8 +104,9 @@ struct SessionMachine: Sendable {
 
     /// The most tracks a queue holds; a playlist fills what room is left.
     static let maxQueueLength = 1_000
-    /// `finished` codes of a play that ended with its engine rather than by a command.
-    static let lostWithEngine: Set<String> = ["engine_stopping", "engine_restarted"]
+    /// `finished` codes of a play that ended with its engine rather than by a command (`fenced`:
+    /// its pair could not prove it still owned the session; the pair that plays it next goes on).
+    static let lostWithEngine: Set<String> = ["engine_stopping", "engine_restarted", "fenced"]
 
     /// The furthest seek accepted: the engine's bound on positions (2^40 ms, about 35 years).
     static let maxPositionMS: Int64 = 1 << 40

@@ -122,8 +122,10 @@ actor SessionDirectory {
 
     /// A session this pair has just come to own (placed here, or taken over from a pair that
     /// stopped answering): its controller is made from the stored snapshot, and if it was playing
-    /// on its last pair it plays here from the stored position.
-    func adopt(_ id: SessionID) async {
+    /// on its last pair it plays here from the stored position. `stillOwned` is asked once the
+    /// snapshot is read, with nothing between the answer and the controller's making: a pair
+    /// that lost the session (or its right to play) meanwhile makes and plays nothing.
+    func adopt(_ id: SessionID, stillOwned: @Sendable () -> Bool = { true }) async {
         controllers.removeValue(forKey: id)
         var stored: SessionSnapshot?
         do {
@@ -132,6 +134,10 @@ actor SessionDirectory {
             logger.error("could not read a session taken over; starting it empty", metadata: ["session.id": "\(id)", "error": "\(error)"])
         }
         if let controller = controllers[id] { _ = controller; return }  // made by a caller meanwhile
+        guard stillOwned() else {
+            logger.notice("a session taken over left this pair before it played", metadata: ["session.id": "\(id)"])
+            return
+        }
         let (snapshot, resume) = (stored ?? SessionSnapshot(normalize: normalizeByDefault)).movedToAnotherPair()
         let controller = SessionController(id: id, snapshot: snapshot, engine: engine, sink: sink)
         controllers[id] = controller

@@ -136,6 +136,25 @@ package final class SessionStore: Sendable {
         state.withLock { $0.entries[id, default: Entry()].catchUp = CatchUp(until: until) }
     }
 
+    /// Unsubscribes a client that is to connect again elsewhere (a relay whose Router stops),
+    /// and from the next frame on keeps `id`'s frames for `keep` (unless they are kept from
+    /// earlier already): that client, back a moment later, hears nothing skipped. One step under
+    /// the lock, so the frames it was sent and those kept meet exactly.
+    func unsubscribeKeepingCatchUp(_ id: SessionID, token: UInt64, keep: Duration) {
+        let until = ContinuousClock.now + keep
+        let subscriber = state.withLock { state -> Subscriber? in
+            guard state.entries[id] != nil else { return nil }
+            if state.entries[id]?.catchUp.map({ $0.until <= .now }) ?? true {
+                state.entries[id]?.catchUp = CatchUp(until: until)
+            }
+            state.entries[id]?.lastSeen = .now
+            guard let removed = state.entries[id]?.subscribers.removeValue(forKey: token) else { return nil }
+            if case .sink = removed.output { Self.regroup(&state.entries[id]!) }
+            return removed
+        }
+        if case .stream(let continuation) = subscriber?.output { continuation.finish() }
+    }
+
     /// Tells every client of `id` to connect again (the session moved to another pair); a
     /// listener's stream ends.
     func moveClients(of id: SessionID) {

@@ -5,6 +5,13 @@ guild's state, the engine's events and the replies to commands (docs/bot-protoco
 reconnects with backoff when the connection drops — the first message after a reconnection is
 the state, so nothing else needs resynchronising — but not when the Router refuses the token
 (401/403): retrying cannot fix that, so it stops and says why.
+
+A connection can also die without closing: the Router's host cut off, its packets dropped. The link
+notices within seconds: it pings every ``heartbeat`` seconds and gives up on a connection whose
+pong does not come (aiohttp's heartbeat), and while the guild plays, when ``silence_timeout``
+passes with nothing at all from the Router (a playing guild brings 50 frames and a ``progress``
+every second). Such a connection is abandoned, and the link connects again at once, keeping the
+audio it has buffered.
 """
 
 from __future__ import annotations
@@ -53,6 +60,8 @@ class GuildLink:
         reply_timeout: float = 20.0,
         backoff: tuple[float, float] = (0.25, 10.0),
         wait: ExternalWait = direct,
+        heartbeat: float = 5.0,
+        silence_timeout: float = 2.0,
     ) -> None:
         self.router_url = router_url.rstrip("/")
         self.token = token
@@ -62,6 +71,10 @@ class GuildLink:
         self.reply_timeout = reply_timeout
         self.backoff = backoff
         self.wait = wait
+        self.heartbeat = heartbeat
+        self.silence_timeout = silence_timeout
+        #: Connections given up because the Router went silent while the guild played.
+        self.silent_connections = 0
         self.state: Optional[dict[str, Any]] = None
         self.connections = 0
         self._session = session
@@ -72,8 +85,9 @@ class GuildLink:
         self._connected = asyncio.Event()
         self._task: Optional[asyncio.Task[None]] = None
         self._closing = False
-        #: The last connection ended with 4012 (the session moved to another pair of a cluster):
-        #: the next one follows at once, and the audio waiting in the buffer plays on.
+        #: The last connection ended with 4012 (the session moved to another pair of a cluster),
+        #: or was given up as silent: the next one follows at once, and the audio waiting in the
+        #: buffer plays on.
         self._moved = False
 
     @property
@@ -138,7 +152,12 @@ class GuildLink:
         try:
             ws = await self.wait(
                 self._session.ws_connect(
-                    self.url, headers={"Authorization": f"Bearer {self.token}"}, heartbeat=None, max_msg_size=1 << 20
+                    self.url,
+                    headers={"Authorization": f"Bearer {self.token}"},
+                    heartbeat=self.heartbeat,
+                    # Closing a connection whose Router went silent must not wait 10 s for its answer.
+                    timeout=aiohttp.ClientWSTimeout(ws_close=1.0),
+                    max_msg_size=1 << 20,
                 ),
                 reason="connecting to the Router",
             )
@@ -155,9 +174,21 @@ class GuildLink:
         self._moved = False
         log.info("guild %s: connected to the Router (connection %d)", self.guild_id, self.connections)
         reason = ""
+        silent = False
         try:
             while True:
-                message = await self.wait(ws.receive(), reason="the Router's next message")
+                try:
+                    message = await self.wait(ws.receive(timeout=self._receive_timeout()), reason="the Router's next message")
+                except asyncio.TimeoutError:
+                    silent = True
+                    self.silent_connections += 1
+                    log.warning(
+                        "guild %s: nothing from the Router for %.1f s while playing; connecting again",
+                        self.guild_id,
+                        self.silence_timeout,
+                    )
+                    await ws.close()
+                    break
                 if message.type == aiohttp.WSMsgType.BINARY:
                     self.buffer.push(message.data)
                 elif message.type == aiohttp.WSMsgType.TEXT:
@@ -168,7 +199,7 @@ class GuildLink:
                     break
                 elif message.type in (aiohttp.WSMsgType.ERROR, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING):
                     break
-            self._moved = ws.close_code == 4012
+            self._moved = silent or ws.close_code == 4012
             if ws.close_code in (4401, 4403):
                 # The Router refuses a token after the upgrade: code 4000 + the HTTP status.
                 raise Unauthorized(
@@ -186,6 +217,12 @@ class GuildLink:
                 log.warning(
                     "guild %s: Router connection closed (code %s); reconnecting", self.guild_id, ws.close_code
                 )
+
+    def _receive_timeout(self) -> Optional[float]:
+        """How long the next message may take: bounded while the guild plays, else the heartbeat
+        alone watches the connection."""
+        playing = self.state is not None and self.state.get("status") == "playing" and not self.state.get("paused")
+        return self.silence_timeout if playing else None
 
     async def _text(self, text: str) -> None:
         try:

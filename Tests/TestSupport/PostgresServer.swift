@@ -2,20 +2,19 @@
 // /tmp, trust authentication on loopback and an ephemeral port; run as the `postgres` user when
 // the tests run as root (PostgreSQL refuses to run as root).
 import Foundation
-import TestSupport
 
-final class PostgresServer: @unchecked Sendable {
+public final class PostgresServer: @unchecked Sendable {
     // @unchecked: the process is started once and only signalled afterwards.
-    let directory: TemporaryDirectory
-    let port: Int
+    public let directory: TemporaryDirectory
+    public let port: Int
     private let process: Process
     private let logPath: String
 
-    var url: String { url(host: "127.0.0.1") }
-    func url(host: String) -> String { "postgres://tonearm@\(host):\(port)/postgres" }
+    public var url: String { url(host: "127.0.0.1") }
+    public func url(host: String) -> String { "postgres://tonearm@\(host):\(port)/postgres" }
 
     /// The newest installed server's binaries (`/usr/lib/postgresql/<version>/bin`).
-    static var binaries: String? {
+    public static var binaries: String? {
         let root = "/usr/lib/postgresql"
         let versions = (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []
         return versions.compactMap(Int.init).sorted().last.map { "\(root)/\($0)/bin" }
@@ -24,7 +23,7 @@ final class PostgresServer: @unchecked Sendable {
 
     /// `alsoListenOn`: an address beside loopback (the host's side of a network namespace's link),
     /// with trust for its /16.
-    init(alsoListenOn extra: String? = nil) throws {
+    public init(alsoListenOn extra: String? = nil) throws {
         guard let bin = Self.binaries else { throw FixtureError("PostgreSQL is not installed (apt-get install postgresql)") }
         directory = try TemporaryDirectory(prefix: "tonearm-pg")
         port = try freePort()
@@ -62,10 +61,10 @@ final class PostgresServer: @unchecked Sendable {
         throw FixtureError("PostgreSQL did not start: \(serverLog.suffix(2000))")
     }
 
-    var serverLog: String { (try? String(contentsOfFile: logPath + ".server", encoding: .utf8)) ?? "" }
+    public var serverLog: String { (try? String(contentsOfFile: logPath + ".server", encoding: .utf8)) ?? "" }
 
     /// SQL through psql, answering its rows as text (`-At`).
-    func sql(_ statement: String) throws -> String {
+    public func sql(_ statement: String) throws -> String {
         guard let bin = Self.binaries else { throw FixtureError("no psql") }
         let pipe = Pipe()
         let psql = Process()
@@ -83,7 +82,7 @@ final class PostgresServer: @unchecked Sendable {
     /// Stops the server at once (SIGQUIT to the postmaster: its immediate shutdown; nothing here
     /// needs to survive it). `runuser` passes no signal on, so the postmaster's own pid is used.
     /// Polls rather than `waitUntilExit`, which spins a core while it waits.
-    func stop() {
+    public func stop() {
         guard process.isRunning else { return }
         let pidFile = directory.file("data/postmaster.pid")
         let postmaster = (try? String(contentsOfFile: pidFile, encoding: .utf8))?.split(separator: "\n").first.flatMap { Int32($0) }

@@ -1,0 +1,97 @@
+// Where sessions go: a session without a live owner, the orphans of a pair that died or was cut
+// off, a pair's share when one joins or comes back, and which plays may move at a moment.
+import Foundation
+import WireProtocol
+
+extension ClusterMachine {
+    enum Placing: Sendable, Equatable {
+        /// This pair owns it (its lease is live) at this epoch: take it on here.
+        case local(epoch: Int64)
+        /// Another pair plays it, at this address.
+        case remote(String)
+        /// Nobody plays it: give it to this pair.
+        case assign(ClusterDatabase.Pair)
+        /// It cannot be placed now (a 503 with Retry-After); why, in words.
+        case unavailable(String)
+    }
+
+    /// Where `id` goes, from its row's ownership (nil: never stored) and the live pairs.
+    func placing(_ ownership: ClusterDatabase.Ownership?, pairs: [ClusterDatabase.Pair], for id: SessionID, at now: ContinuousClock.Instant)
+        -> Placing
+    {
+        if let ownership, ownership.live, let owner = ownership.owner {
+            if owner == settings.pairID {
+                return mayPlay(at: now)
+                    ? .local(epoch: ownership.epoch)
+                    : .unavailable("this pair cannot renew its leases at the moment; the session moves within seconds")
+            }
+            if let pair = pairs.first(where: { $0.id == owner }) { return .remote(pair.address) }
+            return .unavailable("the pair that plays this session stopped answering; it moves within seconds")
+        }
+        guard let best = LoadScore.best(of: candidates(pairs, at: now), for: id.description) else {
+            return .unavailable("every pair of the cluster is full or draining")
+        }
+        return .assign(best)
+    }
+
+    /// The pairs a session may be given to: every live one, less this pair while it cannot
+    /// prove its leases (it would take a session it may have to stop at once).
+    func candidates(_ pairs: [ClusterDatabase.Pair], at now: ContinuousClock.Instant) -> [ClusterDatabase.Pair] {
+        mayPlay(at: now) ? pairs : pairs.filter { $0.id != settings.pairID }
+    }
+
+    /// Which orphans go where now: each to the pair with the lowest load score, counting each
+    /// one given as load for the next, so they spread. This pair gives an orphan to another
+    /// only once that pair has left it for three rounds (it may be the next to fail).
+    func orphanAssignments(
+        _ orphans: [ClusterDatabase.Orphan], pairs live: [ClusterDatabase.Pair], at now: ContinuousClock.Instant
+    ) -> [(orphan: ClusterDatabase.Orphan, to: ClusterDatabase.Pair)] {
+        var pairs = candidates(live, at: now)
+        var assignments: [(orphan: ClusterDatabase.Orphan, to: ClusterDatabase.Pair)] = []
+        for orphan in orphans {
+            guard let best = LoadScore.best(of: pairs, for: orphan.id.description), let index = pairs.firstIndex(of: best) else { break }
+            guard best.id == settings.pairID || orphan.expiredFor > settings.renewEvery * 3 else { continue }
+            pairs[index].sessions += 1
+            assignments.append((orphan, best))
+        }
+        return assignments
+    }
+
+    // MARK: Rebalancing
+
+    /// A pair that owns at least `rebalanceMargin` more sessions than the least loaded other pair
+    /// (one that came back, or joined) gives it half the difference, a few at a time, each at a
+    /// moment as a drain does: nobody hears the move. Sessions taken in the last
+    /// `rebalanceSettle` stay, so a session does not bounce between pairs.
+    static let rebalanceMargin = 2
+    static let rebalanceBatch = 4
+    static let rebalanceSettle: Duration = .seconds(10)
+
+    /// How many sessions to move now, which may go (those not taken lately, in a fixed order;
+    /// the ones not being heard are passed over), and where; nil: none. Only a steady pair is
+    /// given any: one just back from a cut may not renew what it is given.
+    static func rebalancing(
+        owned: [SessionID: ContinuousClock.Instant], pairs: [ClusterDatabase.Pair], me: String, now: ContinuousClock.Instant
+    ) -> (count: Int, candidates: [SessionID], target: ClusterDatabase.Pair)? {
+        let others = pairs.filter { $0.id != me && !$0.draining && $0.sessions < $0.maxSessions && $0.steady }
+        guard let least = others.min(by: { ($0.sessions, $0.id) < ($1.sessions, $1.id) }),
+            owned.count - least.sessions >= rebalanceMargin
+        else { return nil }
+        let count = min((owned.count - least.sessions) / 2, rebalanceBatch, least.maxSessions - least.sessions)
+        let settled = owned.filter { now - $0.value >= rebalanceSettle }.map(\.key).sorted { $0.description < $1.description }
+        return settled.isEmpty ? nil : (count, settled, least)
+    }
+
+    /// How far ahead a hand-over's moment is set: time for the taking pair's next round (it learns
+    /// of the session by renewing its leases, every lease/8) and for its engine to open the track
+    /// and encode ahead.
+    static let handOverLeadMS: Int64 = 1_500
+
+    /// Whether a session is handed over at an agreed moment rather than at once: it is being
+    /// heard, and its track does not end (or fade into the next) before the moment.
+    static func mayScheduleHandOver(_ snapshot: SessionSnapshot) -> Bool {
+        guard snapshot.queue.status == .playing, snapshot.startAtMS == nil, snapshot.queue.currentTrack != nil else { return false }
+        guard let duration = snapshot.queue.currentTrack?.durationMS else { return true }
+        return duration - snapshot.positionMS > handOverLeadMS + Int64(snapshot.crossfadeMS) + 1_000
+    }
+}

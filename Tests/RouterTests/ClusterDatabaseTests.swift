@@ -1,0 +1,103 @@
+// The cluster's statements against a real PostgreSQL (Debian's, started by the test): how far a
+// session taken over played after its last checkpoint, when a pair's heartbeats count as steady,
+// and a statement past its deadline given up without holding the next one.
+import Foundation
+import Logging
+import PostgresNIO
+import TestSupport
+import Testing
+import WireProtocol
+
+@testable import TonearmRouter
+
+@Suite(.serialized, .timeLimit(.minutes(2))) struct ClusterDatabaseTests {
+    static var postgresInstalled: Bool { PostgresServer.binaries != nil }
+
+    /// Runs `body` with one database handle per pair name, all on a fresh server.
+    func withPairs(_ names: [String], _ body: ([ClusterDatabase]) async throws -> Void) async throws {
+        let server = try PostgresServer()
+        defer { server.stop() }
+        let client = PostgresClient(configuration: try .parse(url: server.url), backgroundLogger: Logger(label: "test"))
+        let running = Task { await client.run() }
+        defer { running.cancel() }
+        let handles = names.map { ClusterDatabase(client: client, pairID: $0, logger: Logger(label: "test")) }
+        try await handles[0].migrate()
+        try await body(handles)
+    }
+
+    func beat(_ pair: String) -> ClusterDatabase.Heartbeat {
+        .init(address: "http://\(pair)", sessions: 0, maxSessions: 60, load: 0, lateFrames: 0, draining: false)
+    }
+
+    /// The checkpoint of a session taken over moves on by what its last owner played after
+    /// writing it (until its last renewal), not by the time its new owner has held it: the new
+    /// owner's renewals leave that measure alone until it stores a checkpoint of its own. (It
+    /// did not: a pair that learned of the session by renewing moved it on by the whole failover,
+    /// the outliers of docs/cluster.md.)
+    @Test(.enabled(if: postgresInstalled)) func aTakenOverSessionMovesOnByWhatItsLastOwnerPlayed() async throws {
+        try await withPairs(["a", "b", "c"]) { pairs in
+            let (a, b, c) = (pairs[0], pairs[1], pairs[2])
+            let id = try SessionID("guild")
+            let lease = Duration.milliseconds(600)
+            let epoch = try #require(try await a.assign(id, to: "a", expected: nil, lease: lease, snapshot: ""))
+            #expect(try await a.store(id, json: "{}", active: true, epoch: epoch))
+            try await Task.sleep(for: .milliseconds(300))
+            _ = try await a.round(beat("a"), lease: lease, gap: .seconds(1), within: .seconds(2))
+            // Pair a dies; its lease runs out; c gives the orphan to b, which learns of it by renewing.
+            try await Task.sleep(for: .milliseconds(900))
+            let orphan = try #require(try await c.orphans().first)
+            let taken = try #require(try await c.assign(id, to: "b", expected: orphan.ownership, lease: lease, snapshot: ""))
+            try await Task.sleep(for: .milliseconds(200))
+            #expect(try await b.round(beat("b"), lease: lease, gap: .seconds(1), within: .seconds(2))[id] == taken)
+            let played = try #require(try await b.snapshot(of: id)).playedAfterMS
+            #expect((250...600).contains(played), "the checkpoint moves on by \(played) ms; pair a played 300 ms after it")
+            // Once b has stored its own checkpoint, its renewals measure from it.
+            #expect(try await b.store(id, json: "{}", active: true, epoch: taken))
+            try await Task.sleep(for: .milliseconds(200))
+            _ = try await b.round(beat("b"), lease: lease, gap: .seconds(1), within: .seconds(2))
+            let own = try #require(try await b.snapshot(of: id)).playedAfterMS
+            #expect((150...450).contains(own), "\(own) ms after b's own checkpoint")
+        }
+    }
+
+    /// A pair is steady once its heartbeats have come, each within the gap of the one before, for
+    /// the time asked; a gap starts its run again (a pair back from a cut, or a heartbeat held up
+    /// in one and delivered late).
+    @Test(.enabled(if: postgresInstalled)) func aPairIsSteadyAfterARunOfHeartbeatsAndAGapStartsItAgain() async throws {
+        try await withPairs(["a", "b"]) { pairs in
+            let (a, b) = (pairs[0], pairs[1])
+            func steady() async throws -> Bool? {
+                try await b.livePairs(within: .seconds(5), steadyFor: .milliseconds(800)).first { $0.id == "a" }?.steady
+            }
+            for _ in 0..<5 {
+                _ = try await a.round(beat("a"), lease: .seconds(3), gap: .milliseconds(400), within: .seconds(2))
+                try await Task.sleep(for: .milliseconds(250))
+            }
+            #expect(try await steady() == true)
+            try await Task.sleep(for: .milliseconds(600))
+            _ = try await a.round(beat("a"), lease: .seconds(3), gap: .milliseconds(400), within: .seconds(2))
+            #expect(try await steady() == false, "a heartbeat after a gap counted as steady")
+            for _ in 0..<4 {
+                try await Task.sleep(for: .milliseconds(250))
+                _ = try await a.round(beat("a"), lease: .seconds(3), gap: .milliseconds(400), within: .seconds(2))
+            }
+            #expect(try await steady() == true)
+        }
+    }
+
+    /// A statement past its deadline fails then, its connection closed; the next one is answered
+    /// on another connection at once.
+    @Test(.enabled(if: postgresInstalled)) func aStatementPastItsDeadlineIsGivenUpAndHoldsNothing() async throws {
+        try await withPairs(["a"]) { pairs in
+            let started = ContinuousClock.now
+            await #expect(throws: TimeoutError.self) {
+                try await pairs[0].client.run(within: .milliseconds(200)) { connection in
+                    try await connection.query("SELECT pg_sleep(5)", logger: Logger(label: "test"))
+                }
+            }
+            #expect(ContinuousClock.now - started < .seconds(1))
+            let pairsSeen = try await pairs[0].livePairs(within: .seconds(5), steadyFor: .seconds(1))
+            #expect(pairsSeen.isEmpty && ContinuousClock.now - started < .seconds(2))
+        }
+    }
+}
