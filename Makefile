@@ -162,7 +162,7 @@ fuzz: deps
 ## 12 s with one kill (CI runs it; no thresholds).
 bench-smoke: BENCH_ARGS = --smoke
 bench-smoke: bench deps-test
-	Benchmarks/Load/tonearm-load --rows chaos --chaos-seconds 12 --chaos-every 6 --chaos-guilds 6
+	Benchmarks/Load/tonearm-load --rows chaos --chaos-seconds 18 --chaos-every 6 --chaos-guilds 6 --chaos-cut 4
 	Benchmarks/Quality/opus-quality --check
 
 ## What each Opus complexity step costs and does to the sound at 128 kbit/s (docs/benchmarks.md

@@ -1,17 +1,24 @@
 """The chaos row of tonearm-load: a cluster of three pairs (an engine and a Router each) on one real
 PostgreSQL, --chaos-guilds guilds playing, each with a queue of three tracks and heard by a bot
-that connects through the live Routers in turn (as behind a round-robin load balancer) and
-connects again whenever its connection ends (at once on 4012, as the reference bot does). Every
---chaos-every seconds a random pair is SIGKILLed (both processes, as a host dying) and started
-again on the same ports 5 s later, for --chaos-seconds.
+that connects through the Routers in turn (as behind a round-robin load balancer that does not know
+which pair is down), connects again whenever its connection ends (at once on 4012, as the reference
+bot does), and gives up on one that is not made within a second or goes silent for 1.5 s (as the
+reference bot's ping and receive timeout do). Every --chaos-every seconds something happens to a
+random pair, in turn: it is SIGKILLed (both processes, as a host dying) and started again on the
+same ports 5 s later; or, run as root, its host (each pair runs in a network namespace of its own)
+is cut off from everything for --chaos-cut seconds (its packets dropped, its connections left
+open) and then mended. For --chaos-seconds.
 
 Measured, from the outside only:
-  * each guild's silence at every kill: the longest time between two frames its bot received
-    from 1 s before the kill to 25 s after; a guild whose longest gap passes 1 s counts as moved
-    (its pair died), the others only reconnected;
+  * each guild's silence at every kill and every cut: the longest time between two frames its
+    bot received from 1 s before to 25 s after; a guild whose longest gap passes 1 s counts as
+    moved (its pair died or was cut off), the others only reconnected;
+  * after every mend, every guild's longest silence until the next event (a healed pair must
+    not take a guild it cannot keep);
   * the longest silence of any guild over the whole run;
-  * twice a second, every live engine's session list: a guild streaming on two engines at once
-    is counted (it would be heard twice);
+  * every 0.1 s, every engine's session list (all asked at once, each play judged at the moment
+    the last answer came: a play handed over at a moment already past is not heard): a guild on
+    two engines at once is counted (it would be heard twice);
   * at the end, every guild's queue read through a Router: the three tracks, in order.
 """
 import os, random, shutil, signal, subprocess, tempfile, threading, time
@@ -24,7 +31,7 @@ QUEUE = ["tone.mp3", "music.mp3", "steps.mp3"]
 class Postgres:
     """A PostgreSQL server of its own (Debian's binaries; run as the `postgres` user when root)."""
 
-    def __init__(self, free_port, wait_for):
+    def __init__(self, free_port, wait_for, also_listen=None):
         root = "/usr/lib/postgresql"
         versions = sorted(int(v) for v in os.listdir(root) if v.isdigit()) if os.path.isdir(root) else []
         if not versions:
@@ -38,14 +45,19 @@ class Postgres:
         data = os.path.join(self.dir, "data")
         subprocess.run(self.wrap([f"{self.bin}/initdb", "-D", data, "-U", "tonearm", "--auth=trust", "--no-sync",
                                   "-E", "UTF8"]), check=True, capture_output=True)
+        listen = "127.0.0.1"
+        if also_listen:
+            listen += "," + also_listen
+            with open(os.path.join(data, "pg_hba.conf"), "a") as hba:
+                hba.write(f"host all all {also_listen}/24 trust\n")
         self.log = open(os.path.join(self.dir, "server.log"), "w")
         self.process = subprocess.Popen(
             self.wrap([f"{self.bin}/postgres", "-D", data, "-p", str(self.port), "-k", self.dir,
-                       "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
+                       "-c", f"listen_addresses={listen}", "-c", "fsync=off", "-c", "synchronous_commit=off",
                        "-c", "max_connections=200"]), stdout=self.log, stderr=subprocess.STDOUT)
         wait_for(lambda: subprocess.run([f"{self.bin}/pg_isready", "-h", "127.0.0.1", "-p", str(self.port), "-q"]
                                         ).returncode == 0, 20, "PostgreSQL")
-        self.url = f"postgres://tonearm@127.0.0.1:{self.port}/postgres"
+        self.url = f"postgres://tonearm@{also_listen or '127.0.0.1'}:{self.port}/postgres"
 
     def wrap(self, argv):
         return ["runuser", "-u", "postgres", "--", *argv] if self.as_root else argv
@@ -65,35 +77,91 @@ class Postgres:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+class Network:
+    """One network namespace per pair, each joined to one bridge on this side (root only): any pair
+    can be cut off from everything but this side's reach to its engine's control port (the
+    samples), and mended."""
+
+    def __init__(self, count):
+        token = "%06x" % random.randrange(1 << 24)
+        subnet = f"10.215.{random.randint(1, 250)}"
+        self.bridge, self.outside = f"tcb{token}", f"{subnet}.1"
+        self.hosts = [(f"tch{token}{i}", f"{subnet}.{10 + i}") for i in range(count)]
+        self.ip("link", "add", self.bridge, "type", "bridge")
+        try:
+            self.ip("addr", "add", f"{self.outside}/24", "dev", self.bridge)
+            self.ip("link", "set", self.bridge, "up")
+            for i, (namespace, address) in enumerate(self.hosts):
+                near, far = f"tcv{token}{i}", f"tcw{token}{i}"
+                self.ip("netns", "add", namespace)
+                self.ip("link", "add", near, "type", "veth", "peer", "name", far)
+                self.ip("link", "set", far, "netns", namespace)
+                self.ip("link", "set", near, "master", self.bridge)
+                self.ip("link", "set", near, "up")
+                for arguments in (("addr", "add", f"{address}/24", "dev", far), ("link", "set", far, "up"),
+                                  ("link", "set", "lo", "up")):
+                    self.ip("netns", "exec", namespace, "ip", *arguments)
+        except subprocess.CalledProcessError:
+            self.remove()
+            raise
+
+    @staticmethod
+    def ip(*arguments):
+        subprocess.run(["ip", *arguments], check=True, capture_output=True)
+
+    def launcher(self, index):
+        return ["ip", "netns", "exec", self.hosts[index][0]]
+
+    def cut(self, index, open_port):
+        rules = (f"table inet tonearm_cut {{\n"
+                 f"  chain in {{ type filter hook input priority 0; iifname \"lo\" accept; tcp dport {open_port} accept; drop; }}\n"
+                 f"  chain out {{ type filter hook output priority 0; oifname \"lo\" accept; tcp sport {open_port} accept; drop; }}\n"
+                 f"}}\n")
+        subprocess.run([*self.launcher(index), "nft", "-f", "-"], input=rules.encode(), check=True, capture_output=True)
+
+    def mend(self, index):
+        subprocess.run([*self.launcher(index), "nft", "delete", "table", "inet", "tonearm_cut"], check=True,
+                       capture_output=True)
+
+    def remove(self):
+        for namespace, _ in self.hosts:
+            subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+
+
 class Pair:
     """An engine and a Router of the cluster, started again on the same ports after a kill."""
 
-    def __init__(self, tool, index, database, free_port, token):
+    def __init__(self, tool, index, database, free_port, token, network=None):
         self.tool, self.index, self.token = tool, index, token
         self.id = f"pair-{index}"
+        self.host = network.hosts[index][1] if network else "127.0.0.1"
+        self.launcher = network.launcher(index) if network else []
         self.engine_port, self.router_port = free_port(), free_port()
+        self.address = f"{self.host}:{self.router_port}"
         self.socket = os.path.join(tool.work, f"chaos-{index}.sock")
         self.env = dict(
             os.environ, TONEARM_SOCKET=self.socket, TONEARM_ENGINE_PORT=str(self.engine_port),
+            TONEARM_ENGINE_HOST=self.host, TONEARM_ROUTER_HOST=self.host,
             TONEARM_MEDIA_DIR=tool.media, TONEARM_NORMALIZE="false", TONEARM_ROUTER_PORT=str(self.router_port),
-            TONEARM_ENGINE_URL=f"http://127.0.0.1:{self.engine_port}",
+            TONEARM_ENGINE_URL=f"http://{self.host}:{self.engine_port}",
             TONEARM_DATA_DIR=tempfile.mkdtemp(dir=tool.work, prefix=f"chaos-router-{index}-"),
             TONEARM_BOT_TOKEN=token, TONEARM_DATABASE_URL=database, TONEARM_PAIR_ID=self.id,
-            TONEARM_PAIR_ADDRESS=f"http://127.0.0.1:{self.router_port}", TONEARM_MAX_SESSIONS="60")
+            TONEARM_PAIR_ADDRESS=f"http://{self.address}", TONEARM_MAX_SESSIONS="60")
         self.alive = False
         self.start()
 
     def start(self):
         def launch(name):
             log = open(os.path.join(self.tool.work, f"chaos-{name.lower()}-{self.index}.log"), "a")
-            return subprocess.Popen([os.path.join(self.tool.bin, name)], env=self.env, stdout=log,
+            return subprocess.Popen([*self.launcher, os.path.join(self.tool.bin, name)], env=self.env, stdout=log,
                                     stderr=subprocess.STDOUT), log
         self.engine, self.engine_log = launch("AudioEngine")
         self.router, self.router_log = launch("Router")
         self.alive = True
 
     def linked(self, http):
-        status, body = http("GET", f"http://127.0.0.1:{self.router_port}/health", timeout=2)
+        status, body = http("GET", f"http://{self.address}/health", timeout=2)
         return status == 200 and body.get("engine", {}).get("connected")
 
     def kill(self):
@@ -118,26 +186,29 @@ class Pair:
         self.engine_log.close()
         self.router_log.close()
 
-    def streaming(self, http):
-        """The guilds this pair's engine plays now (None when it does not answer)."""
+    def plays(self, http):
+        """The plays this pair's engine lists now (None when it does not answer)."""
         try:
-            status, body = http("GET", f"http://127.0.0.1:{self.engine_port}/sessions", timeout=1)
+            status, body = http("GET", f"http://{self.host}:{self.engine_port}/sessions", timeout=1)
         except (OSError, ValueError):
             return None
-        if status != 200:
-            return None
-        # A play held for a hand-over's moment (start_at_ms) is not heard yet.
-        return {s["session_id"] for s in body.get("sessions", [])
-                if s.get("state") in ("extracting", "streaming") and "start_at_ms" not in s}
+        return body.get("sessions", []) if status == 200 else None
+
+
+def heard(plays, moment_ms):
+    """The guilds of an engine's plays heard at `moment_ms`: a play held for a hand-over's moment
+    (start_at_ms) is not heard yet, one handed over at a moment already past no longer is."""
+    return {p["session_id"] for p in plays if p.get("state") in ("extracting", "streaming")
+            and "start_at_ms" not in p and p.get("handover_at_ms", moment_ms + 1) > moment_ms}
 
 
 class Bot(threading.Thread):
-    """One guild's `/bot` connection through the live Routers in turn, reconnecting on its own;
-    keeps the arrival time of every frame."""
+    """One guild's `/bot` connection through the Routers in turn, reconnecting on its own, giving up
+    on a connection not made in a second or silent for 1.5 s; keeps the arrival time of every frame."""
 
-    def __init__(self, guild, ports, start, token):
+    def __init__(self, guild, addresses, start, token):
         super().__init__(daemon=True)
-        self.guild, self.ports, self.turn, self.token = guild, ports, start, token
+        self.guild, self.addresses, self.turn, self.token = guild, addresses, start, token
         self.arrivals = []
         self.connections = 0
         self.running = True
@@ -145,22 +216,23 @@ class Bot(threading.Thread):
 
     def run(self):
         while self.running:
-            live = self.ports()
+            live = self.addresses()
             if not live:
                 time.sleep(0.1)
                 continue
-            port = live[self.turn % len(live)]
+            address = live[self.turn % len(live)]
             self.turn += 1
             moved = False
             try:
-                sock, upgraded = connect(f"ws://127.0.0.1:{port}/bot?guild={self.guild}&token={self.token}")
+                sock, upgraded = connect(f"ws://{address}/bot?guild={self.guild}&token={self.token}", timeout=1)
             except OSError:
                 time.sleep(0.1)
                 continue
             if upgraded:
                 self.connections += 1
-                for opcode, payload in frames(sock, time.monotonic() + 3600):
-                    if opcode is None or not self.running:
+                for opcode, payload in frames(sock, time.monotonic() + 3600, silence=1.5):
+                    if opcode in (None, "silent") or not self.running:
+                        moved = opcode == "silent"  # left for its silence: at once, as after 4012
                         break
                     if opcode == 0x2:
                         self.arrivals.append(time.monotonic())
@@ -182,72 +254,101 @@ class Bot(threading.Thread):
 
 def run(tool, http, free_port, wait_for, percentile, token):
     args = tool.args
-    seconds, every, count = args.chaos_seconds, args.chaos_every, args.chaos_guilds
+    seconds, every, count, cut_seconds = args.chaos_seconds, args.chaos_every, args.chaos_guilds, args.chaos_cut
     command = (f"Benchmarks/Load/tonearm-load --rows chaos --chaos-seconds {seconds:g} --chaos-every {every:g} "
-               f"--chaos-guilds {count}")
-    database = Postgres(free_port, wait_for)
+               f"--chaos-guilds {count} --chaos-cut {cut_seconds:g}")
+    network = None
+    if cut_seconds > 0:
+        if os.getuid() == 0:
+            network = Network(3)
+        else:
+            print("  chaos: not root, so no network namespaces: kills only, no cuts", flush=True)
+    database = None
     pairs = []
     bots = []
     try:
-        pairs = [Pair(tool, index, database.url, free_port, token) for index in range(3)]
+        database = Postgres(free_port, wait_for, also_listen=network.outside if network else None)
+        pairs = [Pair(tool, index, database.url, free_port, token, network) for index in range(3)]
         for pair in pairs:
             wait_for(lambda: pair.linked(http), 30, f"{pair.id} to link to its engine")
         guilds = [f"chaos-{n}" for n in range(count)]
         for n, guild in enumerate(guilds):
-            router = f"http://127.0.0.1:{pairs[n % 3].router_port}"
+            router = f"http://{pairs[n % 3].address}"
             status, body = http("POST", f"{router}/api/sessions/{guild}/play", {"url": QUEUE[0]}, token=token)
             if status not in (200, 202):
                 raise SystemExit(f"tonearm-load: chaos play {guild} answered {status}: {body}")
             for url in QUEUE[1:]:
                 http("POST", f"{router}/api/sessions/{guild}/queue", {"url": url}, token=token)
-        ports = lambda: [p.router_port for p in pairs if p.alive]  # noqa: E731
-        bots = [Bot(guild, ports, n, token) for n, guild in enumerate(guilds)]
+        addresses = lambda: [p.address for p in pairs if p.alive]  # noqa: E731
+        bots = [Bot(guild, addresses, n, token) for n, guild in enumerate(guilds)]
         wait_for(lambda: all(len(b.arrivals) >= 100 for b in bots), 60, "every guild to be heard")
 
         twice = []  # (time, guild, pairs)
+        samples = [0]
         watching = [True]
 
         def watch():
             while watching[0]:
+                asked = time.monotonic()
+                answers = {}
+                askers = [threading.Thread(target=lambda p=p: answers.__setitem__(p.id, p.plays(http)))
+                          for p in pairs if p.alive]
+                for asker in askers:
+                    asker.start()
+                for asker in askers:
+                    asker.join()
+                moment = int(time.time() * 1000)
                 held = {}
-                for pair in pairs:
-                    if pair.alive:
-                        for guild in pair.streaming(http) or ():
-                            held.setdefault(guild, []).append(pair.id)
+                for pair_id, plays in answers.items():
+                    for guild in heard(plays or [], moment):
+                        held.setdefault(guild, []).append(pair_id)
+                samples[0] += 1
                 twice.extend((time.monotonic(), g, p) for g, p in held.items() if len(p) > 1)
-                time.sleep(0.5)
+                time.sleep(max(0, asked + 0.1 - time.monotonic()))
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
 
         started = time.monotonic()
-        kills = []
+        events = []  # (kind, at, victim, mended at)
+        kinds = ["kill", "cut"] if network else ["kill"]
         rng = random.Random(args.chaos_seed)
         while time.monotonic() - started + every <= seconds + 1:
-            time.sleep(max(0, started + (len(kills) + 1) * every - time.monotonic()))
+            time.sleep(max(0, started + (len(events) + 1) * every - time.monotonic()))
             victim = rng.choice(pairs)
-            killed_at = time.monotonic()
-            victim.kill()
-            kills.append((killed_at, victim.id))
-            print(f"  chaos: killed {victim.id} at {killed_at - started:.0f} s", flush=True)
-            time.sleep(5)
-            victim.start()
-            wait_for(lambda: victim.linked(http), 30, f"{victim.id} to come back")
+            kind = kinds[len(events) % len(kinds)]
+            at = time.monotonic()
+            if kind == "kill":
+                victim.kill()
+                print(f"  chaos: killed {victim.id} at {at - started:.0f} s", flush=True)
+                time.sleep(5)
+                victim.start()
+                wait_for(lambda: victim.linked(http), 30, f"{victim.id} to come back")
+                events.append((kind, at, victim.id, None))
+            else:
+                network.cut(victim.index, victim.engine_port)
+                print(f"  chaos: cut {victim.id} off at {at - started:.0f} s", flush=True)
+                time.sleep(cut_seconds)
+                network.mend(victim.index)
+                events.append((kind, at, victim.id, time.monotonic()))
         time.sleep(max(0, started + seconds - time.monotonic()) + 10)
         watching[0] = False
         watcher.join()
         ended = time.monotonic()
 
-        moves, silences = 0, []
-        for killed_at, _ in kills:
+        silences = {"kill": [], "cut": []}
+        after_mend = []
+        for n, (kind, at, _, mended) in enumerate(events):
+            following = events[n + 1][1] if n + 1 < len(events) else ended
             for bot in bots:
-                gap = bot.longest_gap(killed_at - 1, min(killed_at + 25, ended))
+                gap = bot.longest_gap(at - 1, min(at + 25, following, ended))
                 if gap > 1:
-                    moves += 1
-                    silences.append(gap)
+                    silences[kind].append(gap)
+                if mended is not None:
+                    after_mend.append(bot.longest_gap(mended, following))
         longest = max(bot.longest_gap(started, ended) for bot in bots)
         lost = []
         for guild in guilds:
-            router = f"http://127.0.0.1:{pairs[0].router_port}"
+            router = f"http://{pairs[0].address}"
             try:
                 status, body = http("GET", f"{router}/api/sessions/{guild}", token=token)
             except OSError as error:
@@ -255,14 +356,39 @@ def run(tool, http, free_port, wait_for, percentile, token):
             urls = [track.get("url") for track in body.get("queue", [])] if status == 200 else None
             if urls != QUEUE:
                 lost.append((guild, status, urls))
-        print(f"  chaos: {len(kills)} kills, {moves} guild moves, queues differing: {lost[:5]}", flush=True)
-        tool.row(f"chaos: silence of a guild whose pair was killed, p50 / p99 / max ({len(kills)} kills in "
-                 f"{seconds:g} s, {moves} moves of {count} guilds)",
-                 f"{percentile(silences, 0.5):.2f} / {percentile(silences, 0.99):.2f} / {max(silences or [0]):.2f} s",
-                 "≤ 5 s", command)
+        kills, cuts = (sum(1 for e in events if e[0] == k) for k in ("kill", "cut"))
+        print(f"  chaos: {kills} kills, {cuts} cuts, {len(silences['kill']) + len(silences['cut'])} guild moves, "
+              f"{samples[0]} samples, queues differing: {lost[:5]}", flush=True)
+
+        if twice or lost or longest > 5 or max(after_mend or [0]) > 1:
+            kept = f"/tmp/tonearm-chaos-logs-{int(time.time())}"
+            os.makedirs(kept, exist_ok=True)
+            for name in os.listdir(tool.work):
+                if name.startswith("chaos-") and name.endswith(".log"):
+                    shutil.copy(os.path.join(tool.work, name), kept)
+            with open(os.path.join(kept, "events.txt"), "w") as out:
+                for kind, at, victim, mended in events:
+                    out.write(f"{kind} {victim} at {at - started:.1f} s" + (f", mended at {mended - started:.1f} s" if mended else "") + "\n")
+                for bot in bots:
+                    gaps = [(b - a, a - started) for a, b in zip(bot.arrivals, bot.arrivals[1:]) if b - a > 1]
+                    out.write(f"{bot.guild}: connections {bot.connections}, gaps over 1 s (length, at) "
+                              + ", ".join(f"{g:.1f}@{t:.1f}" for g, t in gaps) + "\n")
+            print(f"  chaos: a figure missed its target; the pairs' logs are kept in {kept}", flush=True)
+
+        def spread(values):
+            return f"{percentile(values, 0.5):.2f} / {percentile(values, 0.99):.2f} / {max(values or [0]):.2f} s"
+        tool.row(f"chaos: silence of a guild whose pair was killed, p50 / p99 / max ({kills} kills in "
+                 f"{seconds:g} s, {len(silences['kill'])} moves of {count} guilds)", spread(silences["kill"]), "≤ 5 s",
+                 command)
+        if network:
+            tool.row(f"chaos: silence of a guild whose pair was cut off for {cut_seconds:g} s, p50 / p99 / max ({cuts} cuts, "
+                     f"{len(silences['cut'])} moves)", spread(silences["cut"]), "≤ 5 s", command)
+            tool.row("chaos: longest silence of any guild after a mend, until the next event",
+                     f"{max(after_mend or [0]):.2f} s", "≤ 1 s", command)
         tool.row(f"chaos: longest silence of any guild over the run ({count} guilds)", f"{longest:.2f} s", "≤ 5 s",
                  command)
-        tool.row("chaos: samples with a guild streaming on two engines (every 0.5 s)", str(len(twice)), "0", command)
+        tool.row(f"chaos: samples with a guild on two engines (every 0.1 s, {samples[0]} samples)", str(len(twice)), "0",
+                 command)
         tool.row("chaos: guilds whose queue is not the three tracks queued, in order (read at the end)",
                  str(len(lost)), "0", command)
     finally:
@@ -270,4 +396,7 @@ def run(tool, http, free_port, wait_for, percentile, token):
             bot.running = False
         for pair in pairs:
             pair.stop()
-        database.stop()
+        if database:
+            database.stop()
+        if network:
+            network.remove()

@@ -43,7 +43,9 @@ package enum RouterService {
         if let member {
             member.attach(directory)
             member.readLoad { [store] in store.engineLoad }
-            let patience = TimeAmount.nanoseconds(Int64(ClusterDatabase.seconds(member.settings.renewEvery) * 1e9))
+            // An engine slower than this to take a fence is in trouble anyway; a play of a session
+            // its fence does not name yet would be refused.
+            let patience = TimeAmount.nanoseconds(Int64(ClusterDatabase.seconds(member.settings.fenceMargin) * 1e9))
             member.sendFences { [logger] fence in
                 do throws(APIError) {
                     _ = try await engine.fence(fence, timeout: patience)

@@ -318,5 +318,6 @@ final class PairCluster: @unchecked Sendable {
     func stop() async {
         for pair in pairs { await pair.stop() }
         postgres.stop()
+        network?.remove()
     }
 }

@@ -20,11 +20,14 @@ import base64, json, os, socket, ssl, struct, subprocess, sys, time
 from urllib.parse import urlparse
 
 
-def connect(url, rcvbuf=None):
+def connect(url, rcvbuf=None, timeout=None):
+    """A WebSocket handshake; `timeout` bounds the connection and the handshake (a host cut off
+    answers neither)."""
     parts = urlparse(url)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     if rcvbuf:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    sock.settimeout(timeout)
     sock.connect((parts.hostname, parts.port or (443 if parts.scheme == "wss" else 80)))
     if parts.scheme == "wss":
         sock = ssl.create_default_context().wrap_socket(sock, server_hostname=parts.hostname)
@@ -38,17 +41,22 @@ def connect(url, rcvbuf=None):
         if not chunk:
             break
         head += chunk
+    sock.settimeout(None)
     return sock, head.startswith(b"HTTP/1.1 101")
 
 
-def frames(sock, deadline):
-    """Yields (opcode, payload) until EOF, an error or the deadline."""
+def frames(sock, deadline, silence=None):
+    """Yields (opcode, payload) until EOF, an error or the deadline; with `silence`, yields
+    ("silent", b"") and ends when nothing at all arrives for that long."""
     buffer = b""
     while time.monotonic() < deadline:
-        sock.settimeout(max(0.05, deadline - time.monotonic()))
+        wait = max(0.05, deadline - time.monotonic())
+        sock.settimeout(min(wait, silence) if silence else wait)
         try:
             chunk = sock.recv(65536)
         except socket.timeout:
+            if silence and time.monotonic() < deadline:
+                yield "silent", b""
             return
         except OSError:
             yield None, b""

@@ -113,6 +113,25 @@ import Testing
         }
     }
 
+    /// A query's `+` is a space, as forms and URL encoders write one: `?guild=+S` names the id
+    /// " S", which no session may have (400 before any upgrade), and a plus is `%2B`.
+    @Test func aPlusInAQueryIdIsASpace() async throws {
+        try await withRouter { client in
+            let bot = Self.bearer(Self.botToken)
+            let cases: [(String, HTTPResponse.Status, String)] = [
+                ("/bot?guild=+S", .badRequest, "invalid_session_id"),
+                ("/ws?session=a+b", .badRequest, "invalid_session_id"),
+                ("/bot?guild=%2BS", .upgradeRequired, "websocket_required"),
+                ("/bot?guild=123456789012345678", .upgradeRequired, "websocket_required"),
+            ]
+            for (uri, status, code) in cases {
+                try await client.execute(uri: uri, method: .get, headers: bot) { response in
+                    #expect(response.status == status && Self.code(response) == code, "\(uri): \(String(buffer: response.body))")
+                }
+            }
+        }
+    }
+
     @Test func theDocumentIsServedAsJSON() async throws {
         try await withRouter { client in
             try await client.execute(uri: "/openapi.json", method: .get) { response in

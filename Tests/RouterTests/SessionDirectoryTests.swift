@@ -5,6 +5,7 @@ import HTTPTypes
 import Logging
 import ServiceSupport
 import Synchronization
+import TestSupport
 import Testing
 import WireProtocol
 
@@ -51,6 +52,49 @@ import WireProtocol
         let on = SessionDirectory(
             store: SessionStore(), engine: ScriptedEngine(), database: nil, writer: nil, logger: Logger(label: "test"))
         #expect(await on.controller(for: try SessionID("new")).state.normalize)
+    }
+
+    /// Snapshots read only once the test lets them: a cluster's PostgreSQL answering slowly.
+    final class SlowStorage: SessionStorage {
+        let stored: SessionSnapshot
+        let (opened, open) = AsyncStream<Void>.makeStream()
+        let reads = Atomic<Int>(0)
+        init(_ stored: SessionSnapshot) { self.stored = stored }
+        func load(_ id: SessionID) async throws -> SessionSnapshot? {
+            reads.add(1, ordering: .relaxed)
+            for await _ in opened { break }
+            return stored
+        }
+        func loadActive() async throws -> [SessionID: SessionSnapshot] { [:] }
+        func save(_ batch: [SessionID: SessionSnapshot]) async throws {}
+        func saveBlocking(_ batch: [SessionID: SessionSnapshot]) throws {}
+    }
+
+    /// A client that finds a session owned here while the pair is still reading its snapshot to
+    /// take it on gets the controller the adoption makes, which resumes the play the last pair
+    /// lost; it does not make one of its own from the stored snapshot (which played nothing, and
+    /// the adoption then left it so: a guild silent for minutes in the chaos run).
+    @Test func aClientArrivingDuringAnAdoptionGetsTheAdoptedController() async throws {
+        var queue = SessionQueue()
+        _ = queue.handle(.enqueue([Track(url: "a.mp3")]))
+        _ = queue.handle(.ready(generation: 1))
+        let storage = SlowStorage(SessionSnapshot(queue: queue, playID: 3))
+        let engine = ScriptedEngine()
+        let directory = SessionDirectory(
+            store: SessionStore(), engine: engine, database: storage, writer: nil, logger: Logger(label: "test"))
+        let id = try SessionID("taken-over")
+        await directory.reserve(id)  // the pair claims it, then reads it
+        let adopting = Task { await directory.adopt(id) }
+        let client = Task { await directory.controller(for: id) }
+        try await Task.sleep(for: .milliseconds(50))
+        await directory.unreserve(id)
+        storage.open.yield()
+        storage.open.yield()
+        #expect(await adopting.value)
+        let controller = await client.value
+        #expect(await directory.existing(id) === controller)
+        #expect(storage.reads.load(ordering: .relaxed) == 1, "the client read the snapshot for a controller of its own")
+        #expect(await eventually(timeout: .seconds(5)) { engine.calls.contains { $0.hasPrefix("play a.mp3") } }, "\(engine.calls)")
     }
 
     func directory(

@@ -151,34 +151,47 @@ final class ClusterMember: Service, Sendable {
     /// fence moved on, then `adopt`). Answers whether this pair owns it now.
     private func take(_ id: SessionID, epoch: Int64, sent: ContinuousClock.Instant) async -> Bool {
         guard let isNew = await claim(id, epoch: epoch, sent: sent) else { return false }
-        if isNew {
+        guard isNew else { return true }
+        // The pair's own work, not its caller's: a client that asked and went away (its task
+        // cancelled) must call off neither the fence nor the snapshot's reading.
+        await Task { [self] in
             await pushFence()
             await adopt(id, epoch: epoch)
-        }
+        }.value
         return true
     }
 
     /// The machine's word on `id` given to this pair: nil when it does not take it (a draining
-    /// pair gives it back at once), else whether it is new here.
+    /// pair gives it back at once), else whether it is new here. One new here is reserved in
+    /// the directory from before the pair owns it until `adopt` has made its controller, so a
+    /// client that finds it owned meanwhile waits for that controller.
     private func claim(_ id: SessionID, epoch: Int64, sent: ContinuousClock.Instant) async -> Bool? {
+        await directory?.reserve(id)
         switch machine.withLock({ $0.take(id, epoch: epoch, sent: sent, now: .now) }) {
         case .release:
+            await directory?.unreserve(id)
             try? await database.release(id, epoch: epoch)
             return nil
         case .refused:
+            await directory?.unreserve(id)
             return nil
         case .owned(let isNew):
+            if !isNew { await directory?.unreserve(id) }
             return isNew
         }
     }
 
     /// A session new here (the engine's fence names it already): its controller is made from the
     /// stored snapshot, and one that was playing on its last pair plays here from its stored
-    /// position, unless this pair lost it while the snapshot was read.
+    /// position, unless this pair lost it while the snapshot was read. A snapshot that cannot be
+    /// read lets the session go (its lease ends; it is taken again, here or elsewhere, at the
+    /// next round).
     private func adopt(_ id: SessionID, epoch: Int64) async {
-        await directory?.adopt(id) { [weak self] in
-            self?.machine.withLock { $0.holds(id, epoch: epoch, at: .now) } ?? false
-        }
+        guard let directory else { return }
+        let adopted = await directory.adopt(id) { [self] in machine.withLock { $0.holds(id, epoch: epoch, at: .now) } }
+        await directory.unreserve(id)  // the claim's
+        guard !adopted, machine.withLock({ $0.owned[id]?.epoch == epoch ? $0.remove(id) : nil }) != nil else { return }
+        try? await database.release(id, epoch: epoch)
     }
 
     /// Lets go of sessions the fence took: their clients are told to reconnect (to their new

@@ -194,6 +194,20 @@ struct RouterApplication {
         return try sessionID(decoded: raw)
     }
 
+    /// The query parameter `name` of `request`, read as a form encodes it: a `+` is a space (as
+    /// every form and URL encoder writes one), `%2B` a plus. Hummingbird keeps a `+` as it is, so
+    /// `?guild=+S` (the id " S", which no session may have) would pass for the id "+S".
+    static func formQueryValue(_ name: String, in request: Request) -> String? {
+        guard let query = request.uri.query else { return nil }
+        for pair in query.split(separator: "&", omittingEmptySubsequences: true) {
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            guard parts[0] == name else { continue }
+            let raw = parts.count > 1 ? String(parts[1]) : ""
+            return raw.replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? raw
+        }
+        return nil
+    }
+
     private static func sessionID(decoded: String) throws(APIError) -> SessionID {
         do {
             return try SessionID(decoded)

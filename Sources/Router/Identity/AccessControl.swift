@@ -78,7 +78,7 @@ struct AccessControl: Sendable {
 
     /// A bot connection: the bot token is required, whatever the session.
     func bot(_ request: Request) throws(APIError) -> SessionID {
-        let id = try RouterApplication.sessionID(query: request.uri.queryParameters["guild"].map(String.init))
+        let id = try RouterApplication.sessionID(query: RouterApplication.formQueryValue("guild", in: request))
         try requireBot(request)
         return id
     }
@@ -100,7 +100,7 @@ struct AccessControl: Sendable {
     /// such (401), whatever else the request lacks: a browser must learn that its stored token
     /// is no longer good, not that a parameter it never sends is missing.
     func webSocketSession(_ request: Request) throws(APIError) -> SessionID {
-        let named = request.uri.queryParameters["session"].map(String.init)
+        let named = RouterApplication.formQueryValue("session", in: request)
         if named == nil, let token = Self.token(in: request) {
             if let granted = tokens.verify(token) { return granted }
             if tokens.verifyListen(token) != nil { throw Self.onlyListens }

@@ -34,6 +34,10 @@ actor SessionDirectory {
     private var onRelease: (@Sendable (SessionID) async -> Void)?
     /// Sessions handed to another pair whose moment has not come: this engine still plays them.
     private var handingOver: Set<SessionID> = []
+    /// Sessions this pair is taking on (`reserve`, then `adopt`): until their controller is made
+    /// from the stored snapshot, a client's `controller(for:)` waits for it rather than making
+    /// one of its own, which would neither play what was playing nor know its play was lost.
+    private var adopting: [SessionID: (done: Eventual<Bool>, holders: Int)] = [:]
 
     func onRelease(_ body: @escaping @Sendable (SessionID) async -> Void) { onRelease = body }
 
@@ -59,8 +63,11 @@ actor SessionDirectory {
         return sink
     }
 
-    /// The controller of `id`, loaded from the database or new.
+    /// The controller of `id`, loaded from the database or new (once a session being taken on
+    /// has its own).
     func controller(for id: SessionID) async -> SessionController {
+        // Waited out even by a caller going away: a controller made meanwhile would be the wrong one.
+        if let adoption = adopting[id] { _ = await Task { await adoption.done.wait() }.value }
         if let controller = controllers[id] { return controller }
         var stored: SessionSnapshot?
         do {
@@ -124,25 +131,31 @@ actor SessionDirectory {
     /// stopped answering): its controller is made from the stored snapshot, and if it was playing
     /// on its last pair it plays here from the stored position. `stillOwned` is asked once the
     /// snapshot is read, with nothing between the answer and the controller's making: a pair
-    /// that lost the session (or its right to play) meanwhile makes and plays nothing.
-    func adopt(_ id: SessionID, stillOwned: @Sendable () -> Bool = { true }) async {
+    /// that lost the session (or its right to play) meanwhile makes and plays nothing. Answers
+    /// false when the snapshot could not be read: nothing is made (an empty controller would
+    /// lose the session's queue, and might store its emptiness); the caller lets the session go.
+    @discardableResult
+    func adopt(_ id: SessionID, stillOwned: @Sendable () -> Bool = { true }) async -> Bool {
+        reserve(id)
+        defer { unreserve(id) }
         controllers.removeValue(forKey: id)
         var stored: SessionSnapshot?
         do {
             stored = try await database?.load(id)
         } catch {
-            logger.error("could not read a session taken over; starting it empty", metadata: ["session.id": "\(id)", "error": "\(error)"])
+            logger.error("could not read a session taken over; letting it go", metadata: ["session.id": "\(id)", "error": "\(error)"])
+            return false
         }
-        if let controller = controllers[id] { _ = controller; return }  // made by a caller meanwhile
+        if let controller = controllers[id] { _ = controller; return true }  // made by a caller meanwhile
         guard stillOwned() else {
             logger.notice("a session taken over left this pair before it played", metadata: ["session.id": "\(id)"])
-            return
+            return true
         }
         let (snapshot, resume) = (stored ?? SessionSnapshot(normalize: normalizeByDefault)).movedToAnotherPair()
         let controller = SessionController(id: id, snapshot: snapshot, engine: engine, sink: sink)
         controllers[id] = controller
         store.register(id)
-        guard resume else { return }
+        guard resume else { return true }
         logger.notice(
             "resuming a session taken over",
             metadata: ["session.id": "\(id)", "position.ms": "\(snapshot.positionMS)", "start.at.ms": "\(snapshot.startAtMS ?? 0)"])
@@ -161,6 +174,23 @@ actor SessionDirectory {
             }
         }
         if let background { background.spawn(resumeIt) } else { Task(operation: resumeIt) }
+        return true
+    }
+
+    /// `id` is about to be taken on here: clients wait for its controller until `adopt` has made
+    /// it (or `unreserve`, when it is not taken on after all).
+    func reserve(_ id: SessionID) {
+        adopting[id, default: (Eventual(), 0)].holders += 1
+    }
+
+    func unreserve(_ id: SessionID) {
+        guard let adoption = adopting[id] else { return }
+        if adoption.holders > 1 {
+            adopting[id]?.holders -= 1
+        } else {
+            adopting.removeValue(forKey: id)
+            adoption.done.set(true)
+        }
     }
 
     /// Wall-clock ms since 1970 (how two pairs name a hand-over's moment) on this process's clock.
