@@ -40,6 +40,20 @@ import WireProtocol
         #expect(late.renewed([id("a"): 1], sent: start + .milliseconds(500)).lost.isEmpty)
     }
 
+    /// A renewal sent before a session left (handed over, let go) read it as still this pair's:
+    /// its answer does not take it back; a later round's, when it was given back, does.
+    @Test func aRenewalSentBeforeASessionLeftDoesNotTakeItBack() {
+        let start = ContinuousClock.now
+        var machine = owning(["a", "b"], at: start)
+        let roundSent = start + .milliseconds(100)
+        machine.handOver(id("a"), until: start + .seconds(2), at: start + .milliseconds(150))
+        _ = machine.remove(id("b"), at: start + .milliseconds(160))
+        let late = machine.renewed([id("a"): 1, id("b"): 1], sent: roundSent)
+        #expect(late.gained.isEmpty && late.lost.isEmpty)
+        let given = machine.renewed([id("a"): 5], sent: start + .milliseconds(500))
+        #expect(given.gained.map(\.0) == [id("a")] && given.gained.map(\.1) == [5])
+    }
+
     @Test func thePairPlaysUntilALeaseLessTheMarginAfterItsLastRenewalWasSent() {
         let start = ContinuousClock.now
         var machine = owning(["a", "b"], at: start)
@@ -73,7 +87,7 @@ import WireProtocol
     @Test func theEngineFenceNamesWhatThePairOwnsAndHandsOverForAsLongAsItMayPlay() {
         let start = ContinuousClock.now
         var machine = owning(["a", "b"], at: start)
-        machine.handOver(id("b"), until: start + .seconds(2))
+        machine.handOver(id("b"), until: start + .seconds(2), at: start)
         _ = machine.take(id("c"), epoch: 1, sent: start, now: start)
         let first = machine.fence(holder: "r", at: start + .milliseconds(500))
         #expect(first.sessions == [id("a"), id("b"), id("c")])

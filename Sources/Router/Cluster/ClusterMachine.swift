@@ -35,6 +35,9 @@ struct ClusterMachine: Sendable {
     private(set) var fences: UInt64 = 0
     private(set) var takeovers: UInt64 = 0
     private var fenceVersion: UInt64 = 0
+    /// When each session lately left this pair (let go, handed over): a renewal sent before
+    /// that read the row while it was still this pair's, and its answer must not bring it back.
+    private var departed: [SessionID: ContinuousClock.Instant] = [:]
 
     init(settings: ClusterSettings) { self.settings = settings }
 
@@ -69,12 +72,15 @@ struct ClusterMachine: Sendable {
     /// A round's renewal, sent at `sent`, answered the sessions this pair owns now. Those it
     /// believed it owned (since before the round) and that are not among them went to another
     /// pair: lost, to be stopped here. Those among them it did not own (at that epoch) were given
-    /// to it: to take on (`take`).
+    /// to it: to take on (`take`), unless they left it after the round was sent (its answer
+    /// read them before they left).
     mutating func renewed(_ rows: [SessionID: Int64], sent: ContinuousClock.Instant) -> (lost: [SessionID], gained: [(SessionID, Int64)]) {
         renewedAt = max(renewedAt ?? sent, sent)
+        departed = departed.filter { $0.value > sent - settings.lease }
         let lost = owned.filter { rows[$0.key] == nil && $0.value.since < sent }.map(\.key).sorted { $0.description < $1.description }
         for id in lost { owned.removeValue(forKey: id) }
-        let gained = rows.filter { owned[$0.key]?.epoch != $0.value }.map { ($0.key, $0.value) }.sorted { $0.0.description < $1.0.description }
+        let gained = rows.filter { owned[$0.key]?.epoch != $0.value && departed[$0.key].map { $0 < sent } ?? true }
+            .map { ($0.key, $0.value) }.sorted { $0.0.description < $1.0.description }
         return (lost, gained)
     }
 
@@ -102,8 +108,11 @@ struct ClusterMachine: Sendable {
         return .owned(isNew: true)
     }
 
-    /// `id` leaves this pair (released when idle, given away, or let go): its ownership, if it had it.
-    mutating func remove(_ id: SessionID) -> Owned? { owned.removeValue(forKey: id) }
+    /// `id` leaves this pair at `now` (released when idle, or let go): its ownership, if it had it.
+    mutating func remove(_ id: SessionID, at now: ContinuousClock.Instant) -> Owned? {
+        departed[id] = now
+        return owned.removeValue(forKey: id)
+    }
 
     /// The fence has passed (no renewal for `lease - fenceMargin`): every session this pair owns
     /// is to stop now, before another pair may take it.
@@ -118,9 +127,11 @@ struct ClusterMachine: Sendable {
 
     mutating func startDraining() { draining = true }
 
-    /// `id` was given to another pair at a moment whose end is `until`: this engine plays it until then.
-    mutating func handOver(_ id: SessionID, until: ContinuousClock.Instant) {
+    /// `id` was given to another pair at `now`, at a moment whose end is `until`: this engine
+    /// plays it until then.
+    mutating func handOver(_ id: SessionID, until: ContinuousClock.Instant, at now: ContinuousClock.Instant) {
         owned.removeValue(forKey: id)
+        departed[id] = now
         handingOver[id] = until
     }
 

@@ -67,7 +67,7 @@ extension ClusterMember {
             _ = try? await database.store(
                 id, json: String(decoding: json, as: UTF8.self), active: snapshot.isActive, epoch: ownership.epoch)
         }
-        guard machine.withLock({ $0.remove(id) }) != nil else { return false }
+        guard machine.withLock({ $0.remove(id, at: .now) }) != nil else { return false }
         try? await database.release(id, epoch: ownership.epoch)
         return true
     }
@@ -105,7 +105,7 @@ extension ClusterMember {
                 if await letGo(id) { moves.letGo.append(id) }
                 continue
             }
-            machine.withLock { $0.handOver(id, until: end) }
+            machine.withLock { $0.handOver(id, until: end, at: .now) }
             await directory.detach(id)
             pairs[index].sessions += 1
             moves.ids.append(id)

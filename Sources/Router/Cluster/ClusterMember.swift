@@ -190,7 +190,7 @@ final class ClusterMember: Service, Sendable {
         guard let directory else { return }
         let adopted = await directory.adopt(id) { [self] in machine.withLock { $0.holds(id, epoch: epoch, at: .now) } }
         await directory.unreserve(id)  // the claim's
-        guard !adopted, machine.withLock({ $0.owned[id]?.epoch == epoch ? $0.remove(id) : nil }) != nil else { return }
+        guard !adopted, machine.withLock({ $0.owned[id]?.epoch == epoch ? $0.remove(id, at: .now) : nil }) != nil else { return }
         try? await database.release(id, epoch: epoch)
     }
 
@@ -214,7 +214,7 @@ final class ClusterMember: Service, Sendable {
 
     /// The directory released `id` (idle, no clients): its lease ends now.
     func released(_ id: SessionID) async {
-        guard let owned = machine.withLock({ $0.remove(id) }) else { return }
+        guard let owned = machine.withLock({ $0.remove(id, at: .now) }) else { return }
         try? await database.release(id, epoch: owned.epoch)
     }
 
