@@ -145,9 +145,10 @@ soak: deps
 	$(RELEASE)
 	Benchmarks/Load/tonearm-load --rows soak $(SOAK_ARGS)
 
-## The chaos run of docs/benchmarks.md: three pairs on PostgreSQL, 60 guilds, a random pair
-## killed every 60 s and restarted, for 10 minutes (not in CI; PostgreSQL comes with
-## the test packages). CHAOS_ARGS changes it, e.g. make chaos CHAOS_ARGS="--chaos-seconds 120".
+## The chaos run of docs/benchmarks.md: three pairs on PostgreSQL, 60 guilds, every 60 s a random
+## pair killed and restarted or (as root, each pair in a network namespace of its own) cut off for
+## 8 s and mended, in turn, for 10 minutes (not in CI; PostgreSQL comes with the test packages).
+## CHAOS_ARGS changes it, e.g. make chaos CHAOS_ARGS="--chaos-every 30".
 chaos: deps-test
 	$(RELEASE)
 	Benchmarks/Load/tonearm-load --rows chaos $(CHAOS_ARGS)
