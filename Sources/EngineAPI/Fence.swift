@@ -31,6 +31,9 @@ public struct Fence: Sendable, Equatable, Codable {
     }
 
     public static let maxValidMS: Int64 = 600_000
+    /// The largest version a JSON number holds exactly (2^53 − 1): a Router counting one a round
+    /// reaches it in 100 million years.
+    public static let maxVersion: UInt64 = (1 << 53) - 1
     public static let maxSessions = 100_000
     public static let maxHolderLength = 64
 
@@ -39,6 +42,7 @@ public struct Fence: Sendable, Equatable, Codable {
         if holder.isEmpty || holder.utf8.count > Self.maxHolderLength {
             return "\"holder\" must be 1 to \(Self.maxHolderLength) bytes"
         }
+        if version > Self.maxVersion { return "\"version\" must be from 0 to \(Self.maxVersion), got \(version)" }
         if !(0...Self.maxValidMS).contains(validMS) { return "\"valid_ms\" must be from 0 to \(Self.maxValidMS), got \(validMS)" }
         if sessions.count > Self.maxSessions { return "\"sessions\" may name at most \(Self.maxSessions) sessions" }
         return nil

@@ -91,6 +91,7 @@ import WireProtocol
         _ = try driver.manager.play(sessionID: try SessionID("free"), url: "tone-440.mp3")
         #expect(throws: APIError.self) { try driver.manager.setFence(try fence(["a"], version: 1, validMS: -1)) }
         #expect(throws: APIError.self) { try driver.manager.setFence(try fence(["a"], version: 1, holder: "")) }
+        #expect(throws: APIError.self) { try driver.manager.setFence(try fence(["a"], version: Fence.maxVersion + 1)) }
         #expect(!driver.manager.fenceState.applied)
     }
 }

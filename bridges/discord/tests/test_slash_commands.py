@@ -23,6 +23,10 @@ from tonearm_discord.config import Config
 
 @asynccontextmanager
 async def discord_with_the_bot(cluster, **config):
+    # simcord's clock jumps when a test advances it, while the Router's is real: the link's ping
+    # and silence timeouts would fire on a live connection, so they are off here
+    # (test_router_link.py holds them, on a real clock).
+    config = {"router_ping_seconds": None, "router_silence_seconds": None, **config}
     bot = TonearmBot(Config(discord_token="unused", bot_token=cluster.token, router_url=cluster.url, **config))
     bot.voice_client_class = StandInVoiceProtocol
     async with simcord.run(bot) as env:

@@ -81,7 +81,8 @@ class TonearmBot(discord.Client):
             await asyncio.sleep(0.1)
         if player is None:
             player = GuildPlayer(
-                guild.id, self.config.router_url, self.config.bot_token, session=self.http_session, wait=self.external_wait
+                guild.id, self.config.router_url, self.config.bot_token, session=self.http_session, wait=self.external_wait,
+                heartbeat=self.config.router_ping_seconds, silence_timeout=self.config.router_silence_seconds,
             )
             self.players[guild.id] = player
             player.start()

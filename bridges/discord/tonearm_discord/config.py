@@ -19,6 +19,10 @@ class Config:
     idle_leave_seconds: float = 300.0
     health_port: int = 8090
     playground_url: Optional[str] = None
+    #: How often each guild's link pings the Router, and how long it waits for anything while the
+    #: guild plays, before it gives up on a connection that died without closing (None: never).
+    router_ping_seconds: Optional[float] = 5.0
+    router_silence_seconds: Optional[float] = 2.0
 
     @staticmethod
     def from_environment(environment: Mapping[str, str] = os.environ) -> "Config":

@@ -60,8 +60,8 @@ class GuildLink:
         reply_timeout: float = 20.0,
         backoff: tuple[float, float] = (0.25, 10.0),
         wait: ExternalWait = direct,
-        heartbeat: float = 5.0,
-        silence_timeout: float = 2.0,
+        heartbeat: Optional[float] = 5.0,
+        silence_timeout: Optional[float] = 2.0,
     ) -> None:
         self.router_url = router_url.rstrip("/")
         self.token = token
@@ -222,7 +222,7 @@ class GuildLink:
         """How long the next message may take: bounded while the guild plays, else the heartbeat
         alone watches the connection."""
         playing = self.state is not None and self.state.get("status") == "playing" and not self.state.get("paused")
-        return self.silence_timeout if playing else None
+        return self.silence_timeout if playing and self.silence_timeout else None
 
     async def _text(self, text: str) -> None:
         try:
