@@ -29,11 +29,11 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
         .package(url: "https://github.com/hummingbird-project/hummingbird-websocket.git", from: "2.8.1"),
-        .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
     ],
     targets: [
         .systemLibrary(name: "COpus", pkgConfig: "opus", providers: [.apt(["libopus-dev"])]),
+        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(
             name: "CFFmpeg",
             pkgConfig: "libavformat libavcodec libswresample libavutil",
@@ -95,7 +95,7 @@ let package = Package(
         .target(
             name: "TonearmRouter",
             dependencies: [
-                "WireProtocol", "EngineAPI", "ServiceSupport",
+                "WireProtocol", "EngineAPI", "ServiceSupport", "CSQLite",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -111,7 +111,6 @@ let package = Package(
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
-                .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -245,6 +244,16 @@ if Context.environment["TONEARM_FUZZ"] != nil {
             .executableTarget(
                 name: name, dependencies: dependencies + ["CFuzzDriver"], path: "Tests/Fuzz/\(name)",
                 swiftSettings: swiftSettings + [.unsafeFlags(sanitize)], linkerSettings: [.unsafeFlags(sanitize)]))
+    }
+}
+
+// One build for every test (`make test`, CI): the release build the end-to-end tests start and the
+// image takes also holds the test targets, when TONEARM_TESTABLE is set. Tonearm's own modules are
+// then compiled with `-enable-testing`, for `@testable import`; the dependencies are built as in
+// any release build, so `make run`'s build (without it) recompiles only Tonearm's modules.
+if Context.environment["TONEARM_TESTABLE"] != nil {
+    for target in package.targets where target.type == .regular && !target.name.hasPrefix("C") {
+        target.swiftSettings = (target.swiftSettings ?? []) + [.unsafeFlags(["-enable-testing"])]
     }
 }
 

@@ -22,7 +22,7 @@ final class BridgedNetwork: Sendable {
     init(hosts count: Int) throws {
         guard getuid() == 0 else { throw FixtureError("network namespaces need root (ip netns); run the tests as root") }
         let token = String(UInt32.random(in: 0 ... .max), radix: 36)
-        let subnet = "10.214.\(Int.random(in: 1...250))"
+        let subnet = try unusedSubnet("10.214")
         bridge = "tnb\(token)"
         outside = "\(subnet).1"
         hosts = (0..<count).map { Host(namespace: "tnrm\(token)h\($0)", address: "\(subnet).\(10 + $0)") }

@@ -167,7 +167,7 @@ import TestSupport
         try await browse(cluster, "stall") {
             let pid = try #require(cluster.router?.pid)
             kill(pid, SIGSTOP)
-            try await Task.sleep(for: .milliseconds(1500))
+            try await observe(for: .milliseconds(1500))
             kill(pid, SIGCONT)
         }
     }

@@ -73,7 +73,7 @@ import Testing
         }
 
         // Kill the pair with the most guilds; a few seconds of play went by first (the position).
-        try await Task.sleep(for: .seconds(3))
+        try await observe(for: .seconds(3))
         let victim = perPair.max { $0.value.count < $1.value.count }!
         let victimIndex = Int(victim.key.dropFirst("pair-".count))!
         let moved = Set(victim.value)
@@ -181,7 +181,7 @@ import Testing
                 if !(plays[0]?.contains(guild) ?? false), stoppedAt[guild] == nil { stoppedAt[guild] = at }
                 if holders.contains(where: { $0 != 0 }), playedElsewhereAt[guild] == nil { playedElsewhereAt[guild] = at }
             }
-            try await Task.sleep(for: .milliseconds(100))
+            try await observe(for: .milliseconds(100))
         }
         // Pair 0 says it cannot prove its leases (its /health is degraded) until the link is back.
         let health = try await cluster.pairs[0].getJSON(cluster.pairs[0].routerURL + "/health")
@@ -230,7 +230,7 @@ import Testing
             for guild in cut where plays.filter({ $0.value.contains(guild) }).count > 1 {
                 afterHeal.append("\(guild) on \(plays.filter { $0.value.contains(guild) }.map(\.key)) at \(ContinuousClock.now - renewedAt)")
             }
-            try await Task.sleep(for: .milliseconds(100))
+            try await observe(for: .milliseconds(100))
         }
         #expect(afterHeal.isEmpty, "after the heal, a guild played by two engines: \(afterHeal.prefix(5))")
         await cluster.stop()
@@ -333,7 +333,7 @@ import Testing
                 (try? cluster.owners().filter { guilds.contains($0.key) }.values.filter { $0 == "pair-1" }.count) == 2
             }, "pair 1 was not given its share: \((try? cluster.owners()) ?? [:])")
         let movedAt = ContinuousClock.now
-        try await Task.sleep(for: .seconds(3))
+        try await observe(for: .seconds(3))
         var gaps: [Double] = []
         var jumps: [Double] = []
         for (index, bot) in bots.enumerated() {
@@ -447,7 +447,7 @@ import Testing
             let moved = guilds.indices.filter { owners[guilds[$0]] == "pair-\(victim)" }
             let stoppedAt = ContinuousClock.now
             await cluster.terminate(victim)
-            try await Task.sleep(for: .seconds(4))
+            try await observe(for: .seconds(4))
             try measure(moved, from: stoppedAt - .milliseconds(500), seconds: 4)
             let plays = await cluster.enginePlays()
             twice += guilds.filter { guild in plays.values.filter { $0.contains(guild) }.count > 1 }.count
@@ -460,7 +460,7 @@ import Testing
             let shared = await eventually(timeout: .seconds(30)) {
                 (try? cluster.owners().filter { guilds.contains($0.key) && $0.value == "pair-\(victim)" }.count ?? 0) ?? 0 >= 8
             }
-            try await Task.sleep(for: .seconds(3))
+            try await observe(for: .seconds(3))
             let given = guilds.indices.filter { (try? cluster.owners())?[guilds[$0]] == "pair-\(victim)" }
             let seconds = Int((ContinuousClock.now - backAt).components.seconds)
             try measure(given, from: backAt, seconds: seconds)
@@ -565,7 +565,7 @@ import Testing
             cluster.revive(victim)
             #expect(await eventually(timeout: .seconds(20)) { await cluster.pairs[victim].routerLinkUp() })
             // Some play time on the new layout before the next kill (and a checkpoint or two).
-            try await Task.sleep(for: .seconds(4))
+            try await observe(for: .seconds(4))
             print("kill \(round + 1)/\(kills): pair-\(victim), \(moved.count) guilds moved")
         }
         silences.sort()

@@ -30,7 +30,7 @@ func milliseconds(_ duration: Duration) -> Double {
             let mark = socket.count
             let requested = ContinuousClock.now
             #expect(try await harness.post("/session/\(s)/pause").status == 200)
-            try await Task.sleep(for: .milliseconds(600))
+            try await observe(for: .milliseconds(600))
             let after = socket.packets(s, from: mark)
             let last = after.last.map { milliseconds($0.at - requested) } ?? 0
             latencies["pause", default: []].append(max(last, 0))
@@ -42,7 +42,7 @@ func milliseconds(_ duration: Duration) -> Double {
             #expect(try await harness.post("/session/\(s)/resume").status == 200)
             #expect(await eventually { !socket.packets(s, from: resumeMark).isEmpty })
             latencies["resume", default: []].append(milliseconds(socket.packets(s, from: resumeMark)[0].at - resumed))
-            try await Task.sleep(for: .milliseconds(300))
+            try await observe(for: .milliseconds(300))
         }
         // Resume while streaming is refused.
         let refused = try await harness.post("/session/\(s)/resume")
@@ -67,13 +67,13 @@ func milliseconds(_ duration: Duration) -> Double {
         // Eight changes, each heard from the next frame sent (the frames encoded ahead are
         // rendered again): up to one tick of waiting, 5–20 ms at the socket.
         for (volume, change) in Array(repeating: [(50, -6.02), (100, 6.02)], count: 4).joined() {
-            try await Task.sleep(for: .milliseconds(400))
+            try await observe(for: .milliseconds(400))
             let before = try Signal.levels(socket.packets(s).suffix(40).map(\.data)).suffix(10)
             level = before.reduce(0, +) / Double(before.count)
             let mark = socket.count
             let requested = ContinuousClock.now
             #expect(try await harness.post("/session/\(s)/volume", #"{"volume":\#(volume)}"#).status == 200)
-            try await Task.sleep(for: .milliseconds(500))
+            try await observe(for: .milliseconds(500))
             let window = socket.packets(s, from: mark)
             let levels = try Signal.levels(socket.packets(s).suffix(window.count + 30).map(\.data)).suffix(window.count)
             // The first affected packet is the one whose gain ramp starts. Opus delays decoded
@@ -115,12 +115,12 @@ func milliseconds(_ duration: Duration) -> Double {
             ("volume", #"{"volume":30}"#), ("volume", #"{"volume":100}"#), ("filters", #"{"karaoke":{}}"#), ("filters", "{}"),
         ]
         for (command, body) in Array(repeating: changes, count: 2).joined() {
-            try await Task.sleep(for: .milliseconds(400))
+            try await observe(for: .milliseconds(400))
             let before = try Signal.levels(socket.packets(s).suffix(40).map(\.data)).suffix(10)
             let level = before.reduce(0, +) / Double(before.count)
             let mark = socket.count
             #expect(try await harness.post("/session/\(s)/\(command)", body).status == 200)
-            try await Task.sleep(for: .milliseconds(300))
+            try await observe(for: .milliseconds(300))
             let window = socket.packets(s, from: mark)
             let levels = try Signal.levels(socket.packets(s).suffix(window.count + 30).map(\.data)).suffix(window.count)
             let firstAffected = try #require(levels.firstIndex { abs($0 - level) > 0.4 }, "\(command) \(body) was never heard")
@@ -158,14 +158,14 @@ func milliseconds(_ duration: Duration) -> Double {
 
         let baseline = try Signal.levels(first).suffix(20).reduce(0, +) / 20
         #expect(try await harness.post("/session/\(s)/volume", #"{"volume":50}"#).status == 200)
-        try await Task.sleep(for: .milliseconds(600))
+        try await observe(for: .milliseconds(600))
         #expect(try await harness.get("/session/\(s)").json["passthrough"] as? Bool == false)
         let quiet = try Signal.levels(socket.packets(s).map(\.data)).suffix(15).reduce(0, +) / 15
         #expect(abs((quiet - baseline) + 6.02) < 1, "50 %: \(baseline) → \(quiet) dB")
 
         let back = socket.count
         #expect(try await harness.post("/session/\(s)/volume", #"{"volume":100}"#).status == 200)
-        try await Task.sleep(for: .milliseconds(600))
+        try await observe(for: .milliseconds(600))
         #expect(try await harness.get("/session/\(s)").json["passthrough"] as? Bool == true)
         // The latest packets are the source's own again, in order.
         let recent = socket.packets(s, from: back).map(\.data).suffix(10)
@@ -174,12 +174,12 @@ func milliseconds(_ duration: Duration) -> Double {
         // Normalisation on: the chord (about −9.5 LUFS) is decoded and brought down towards −14;
         // off again: the gain glides back and the source's own packets go out once more.
         #expect(try await harness.post("/session/\(s)/normalize", #"{"enabled":true}"#).status == 200)
-        try await Task.sleep(for: .milliseconds(1_000))
+        try await observe(for: .milliseconds(1_000))
         #expect(try await harness.get("/session/\(s)").json["passthrough"] as? Bool == false)
         let normalised = try Signal.levels(socket.packets(s).map(\.data)).suffix(15).reduce(0, +) / 15
         #expect(normalised < baseline - 3, "normalised: \(baseline) → \(normalised) dB")
         #expect(try await harness.post("/session/\(s)/normalize", #"{"enabled":false}"#).status == 200)
-        try await Task.sleep(for: .milliseconds(1_000))
+        try await observe(for: .milliseconds(1_000))
         #expect(try await harness.get("/session/\(s)").json["passthrough"] as? Bool == true)
         // No gap through every switch: every 20 ms a packet, nothing missing.
         let all = socket.packets(s)
@@ -328,7 +328,7 @@ func milliseconds(_ duration: Duration) -> Double {
         #expect(await eventually(timeout: .seconds(30)) { socket.packets(s).count >= 150 })
         let paused = try await harness.post("/session/\(s)/pause")
         let position = try #require(paused.json["position_ms"] as? Int)
-        try await Task.sleep(for: .milliseconds(300))
+        try await observe(for: .milliseconds(300))
         let mark = socket.count
         #expect(try await harness.post("/session/\(s)/resume").status == 200)
         #expect(await eventually(timeout: .seconds(30)) { socket.packets(s, from: mark).count >= 60 })
@@ -397,7 +397,7 @@ func milliseconds(_ duration: Duration) -> Double {
         #expect(await eventually { healthy.packets("s0").count >= 10 })
         let mark = healthy.count
         let started = ContinuousClock.now
-        try await Task.sleep(for: .seconds(5))
+        try await observe(for: .seconds(5))
         let elapsed = ContinuousClock.now - started
         let packets = healthy.packets("s29", from: mark)
         let expected = Int(milliseconds(elapsed) / 20)
@@ -451,13 +451,13 @@ func milliseconds(_ duration: Duration) -> Double {
         }
         var settled = try await nulled()
         for _ in 0..<10 {
-            try await Task.sleep(for: .seconds(1))
+            try await observe(for: .seconds(1))
             let now = try await nulled()
             if now == settled { break }  // (the pacer's own deficit is compared the same way below)
             settled = now
         }
         let started = try await harness.get("/health").json["frames"] as? [String: Any]
-        try await Task.sleep(for: .seconds(3))
+        try await observe(for: .seconds(3))
         let health = try await harness.get("/health")
         #expect(health.json["playing"] as? Int == 60)
         for (i, frequency) in frequencies.enumerated() {

@@ -95,9 +95,9 @@ import WireProtocol
         defer { Task { await harness.stop() } }
         let started = ContinuousClock.now
         async let first = harness.get("/resolve?url=http://127.0.0.1:9/one.html")
-        try await Task.sleep(for: .milliseconds(300))
+        try await observe(for: .milliseconds(300))
         async let second = harness.get("/resolve?url=http://127.0.0.1:9/two.html")
-        try await Task.sleep(for: .milliseconds(300))
+        try await observe(for: .milliseconds(300))
         var request = HTTPClientRequest(url: harness.url + "/resolve?url=http://127.0.0.1:9/three.html")
         request.method = .GET
         let third = try await HTTPClient.shared.execute(request, timeout: .seconds(10))

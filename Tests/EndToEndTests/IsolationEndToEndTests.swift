@@ -39,7 +39,7 @@ extension TonearmCluster {
         #expect(try await cluster.call(.POST, "/api/sessions/\(escaped(second))/play", #"{"url":"tone-660.mp3"}"#).status == 202)
         #expect(await one.hears(440), "\(first) hears \((try? one.lastTone()) ?? 0) Hz")
         #expect(await two.hears(660), "\(second) hears \((try? two.lastTone()) ?? 0) Hz")
-        try await Task.sleep(for: .seconds(1))
+        try await observe(for: .seconds(1))
         #expect(try abs(one.lastTone() - 440) < 5 && abs(two.lastTone() - 660) < 5)
         let stateOne = try await cluster.state(escaped(first)), stateTwo = try await cluster.state(escaped(second))
         #expect(stateOne["session_id"] as? String == first && stateTwo["session_id"] as? String == second)
@@ -102,7 +102,7 @@ extension IsolationEndToEndTests {
             let (status, text) = try curl(cluster.engineURL + path, body: body)
             #expect(status == 400, "engine \(path) \(body): \(status) \(text)")
         }
-        try await Task.sleep(for: .milliseconds(500))
+        try await observe(for: .milliseconds(500))
         #expect(try abs(bystander.lastTone() - 440) < 5)
         let gaps = zip(bystander.audio().dropFirst(), bystander.audio()).map { milliseconds($0.at - $1.at) }
         #expect(gaps.suffix(100).max() ?? 0 < 150, "the bystander had a gap of \(gaps.suffix(100).max() ?? 0) ms")
@@ -196,7 +196,7 @@ extension IsolationEndToEndTests {
         let (status, body, retryAfter) = try await mint(cluster, forwardedFor: "198.51.100.99")
         #expect(status == 429 && body.contains("rate_limited") && body.contains("try again later"), "\(status) \(body)")
         #expect(retryAfter.flatMap(Int.init).map { (1...31).contains($0) } == true, "Retry-After: \(retryAfter ?? "none")")
-        try await Task.sleep(for: .milliseconds(300))
+        try await observe(for: .milliseconds(300))
         #expect(try abs(bystander.lastTone() - 440) < 5)
         #expect(try await cluster.engineConnects() == 1)
 

@@ -126,7 +126,7 @@ extension JoinEndToEndTests {
         #expect(await eventually(timeout: .seconds(3)) {
             socket.events("s").contains { $0.event.type == .ready && $0.event.playID == UInt64(second) }
         })
-        try await Task.sleep(for: .milliseconds(500))
+        try await observe(for: .milliseconds(500))
         let mark = socket.count
         let reason: String
         if action == "stop" {
@@ -143,7 +143,7 @@ extension JoinEndToEndTests {
             .map { "\($0.event.playID ?? 0) \($0.event.reason?.rawValue ?? "")" }
         #expect(Set(ends) == ["\(first) \(reason)", "\(second) \(reason)"] && ends.count == 2, "\(ends)")
         let ended = socket.count
-        try await Task.sleep(for: .milliseconds(400))
+        try await observe(for: .milliseconds(400))
         if action == "stop" {
             #expect(socket.packets("s", from: ended).isEmpty, "\(socket.packets("s", from: ended).count) packets after both ended")
             #expect(socket.events("s", from: ended).isEmpty)

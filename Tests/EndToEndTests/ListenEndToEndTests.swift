@@ -69,7 +69,7 @@ import Testing
         let someoneElse = try await identity(cluster)
         #expect(me.session_id.count == 19 && me.session_id != someoneElse.session_id)
         #expect(try await cluster.play(me.session_id, "tone-440.mp3").status == 202)
-        try await Task.sleep(for: .seconds(1))
+        #expect(await eventually { (try? await cluster.getJSON(cluster.routerURL + "/api/sessions/\(me.session_id)", token: TonearmCluster.botToken))?["status"] as? String == "playing" })
 
         let listen = cluster.routerURL + "/listen/\(me.session_id).ogg"
         #expect(try await status(listen) == 401)
@@ -133,7 +133,7 @@ import Testing
         let queued = try await cluster.post(
             cluster.routerURL + "/api/sessions/\(me.session_id)/queue", #"{"url":"tone-660.mp3"}"#, token: me.token)
         #expect(queued.status == 200 || queued.status == 202, "\(queued)")
-        try await Task.sleep(for: .milliseconds(300))
+        try await observe(for: .milliseconds(300))
 
         func record(_ query: String) async throws -> Data {
             let response = try await HTTPClient.shared.execute(
@@ -153,7 +153,7 @@ import Testing
         async let unchained = record("chain=0&")
         // And one who arrives a second into the first track (after its `progress`) still gets its title.
         async let late: Data = {
-            try await Task.sleep(for: .milliseconds(1_200))
+            try await observe(for: .milliseconds(1_200))
             return try await record("")
         }()
         let file = cluster.directory.file("chained.ogg"), single = cluster.directory.file("single.ogg")

@@ -17,7 +17,7 @@ final class NetworkNamespace: Sendable {
         guard getuid() == 0 else { throw FixtureError("a network namespace needs root (ip netns); run the tests as root") }
         let token = String(UInt32.random(in: 0 ... .max), radix: 36)
         name = "tnrm\(token)"
-        let subnet = "10.213.\(Int.random(in: 1...250))"
+        let subnet = try unusedSubnet("10.213")
         (outside, inside, second) = ("\(subnet).1", "\(subnet).2", "\(subnet).3")
         let (host, peer) = ("tnh\(token)", "tnp\(token)")
         try Self.ip(["netns", "add", name])
@@ -81,4 +81,13 @@ final class RebindingNameServer: @unchecked Sendable {
     }
 
     deinit { stop() }
+}
+
+/// A /24 under `prefix` (as "10.213.N") that no interface of this host uses: suites run two at a
+/// time (Tests/run.sh), and two tests' links must not share a subnet.
+func unusedSubnet(_ prefix: String) throws -> String {
+    let used = try runTool("ip", ["-o", "-4", "addr", "show"])
+    let free = (1...250).map { "\(prefix).\($0)" }.filter { !used.contains(" \($0).") }
+    guard let subnet = free.randomElement() else { throw FixtureError("every subnet under \(prefix) is in use") }
+    return subnet
 }

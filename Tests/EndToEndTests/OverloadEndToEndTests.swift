@@ -75,7 +75,7 @@ import TestSupport
         for index in 0..<2 { _ = try curl(cluster.engineURL + "/session/load-\(index)/stop", body: "{}") }
         #expect(try await play("after-stop").status == 202)
 
-        try await Task.sleep(for: .seconds(2))
+        try await observe(for: .seconds(2))
         #expect(try abs(bystander.lastTone() - 440) < 5)
         let gaps = zip(bystander.audio().dropFirst(), bystander.audio()).map { milliseconds($0.at - $1.at) }
         #expect(gaps.suffix(150).max() ?? 0 < 150, "the bystander had a gap of \(gaps.suffix(150).max() ?? 0) ms")

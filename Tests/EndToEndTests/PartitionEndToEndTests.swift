@@ -83,12 +83,12 @@ final class TwoEngineWatch: Sendable {
             let owned = Set(try cluster.owners().filter { $0.value == "pair-\(victim)" }.map(\.key))
             let cutAt = ContinuousClock.now
             try cluster.cut(victim)
-            try await Task.sleep(for: .seconds(8))
+            try await observe(for: .seconds(8))
             try cluster.mend(victim)
             let mendedAt = ContinuousClock.now
             // An observation window after the mend: rounds resume, the healed pair is given
             // guilds back only once its rounds have succeeded for a lease.
-            try await Task.sleep(for: .seconds(6))
+            try await observe(for: .seconds(6))
             let end = ContinuousClock.now
             var worstCut = 0.0
             var worstHeal = 0.0

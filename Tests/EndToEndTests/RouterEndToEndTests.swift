@@ -125,10 +125,10 @@ private func runProbe(_ arguments: String...) async throws -> Data {
         #expect(await bot.hears(440))
 
         // Volume: a quarter of the gain is about 12 dB quieter.
-        try await Task.sleep(for: .milliseconds(600))
+        try await observe(for: .milliseconds(600))
         let loud = Spectrum.dBFS(try decodeLeft(bot.audio().suffix(25).map(\.packet)))
         #expect(try await cluster.call(.POST, "/api/sessions/\(session)/volume", #"{"volume":25}"#).json["volume"] as? Int == 25)
-        try await Task.sleep(for: .milliseconds(700))
+        try await observe(for: .milliseconds(700))
         let quiet = Spectrum.dBFS(try decodeLeft(bot.audio().suffix(25).map(\.packet)))
         #expect(loud - quiet > 9 && loud - quiet < 15, "volume 25 %: \(loud) → \(quiet) dBFS")
 
@@ -137,19 +137,19 @@ private func runProbe(_ arguments: String...) async throws -> Data {
         let flat = Spectrum.level(at: 440, try decodeLeft(bot.audio().suffix(25).map(\.packet)))
         let boosted = try await cluster.call(.POST, "/api/sessions/\(session)/filters", #"{"equalizer":[{"band":6,"gain":0.25}]}"#)
         #expect(canonical(boosted.json["filters"]) == canonical(["equalizer": [["band": 6, "gain": 0.25]]]), "\(boosted.json)")
-        try await Task.sleep(for: .milliseconds(700))
+        try await observe(for: .milliseconds(700))
         let louder = Spectrum.level(at: 440, try decodeLeft(bot.audio().suffix(25).map(\.packet)))
         #expect(louder - flat > 4 && louder - flat < 8, "equalizer +6 dB at 400 Hz: 440 Hz went \(flat) → \(louder) dB")
         #expect(try await cluster.call(.POST, "/api/sessions/\(session)/filters", "{}").status == 200)
-        try await Task.sleep(for: .milliseconds(700))
+        try await observe(for: .milliseconds(700))
         let back = Spectrum.level(at: 440, try decodeLeft(bot.audio().suffix(25).map(\.packet)))
         #expect(abs(back - flat) < 1, "without filters: \(flat) → \(back) dB")
 
         // Pause: no audio; resume: audio again.
         #expect(try await cluster.call(.POST, "/api/sessions/\(session)/pause").json["paused"] as? Bool == true)
-        try await Task.sleep(for: .milliseconds(200))
+        try await observe(for: .milliseconds(200))
         let paused = bot.audio().count
-        try await Task.sleep(for: .milliseconds(500))
+        try await observe(for: .milliseconds(500))
         #expect(bot.audio().count == paused, "audio kept coming while paused")
         #expect(try await cluster.call(.POST, "/api/sessions/\(session)/resume").status == 200)
         #expect(await eventually(timeout: .seconds(2)) { bot.audio().count > paused + 10 })
@@ -203,7 +203,7 @@ private func runProbe(_ arguments: String...) async throws -> Data {
         _ = try await cluster.call(.POST, "/api/sessions/\(session)/loop", #"{"mode":"queue"}"#)
         #expect(await eventually { (try? await cluster.state(session)["status"] as? String) == "playing" })
         let before = try await cluster.state(session)
-        try await Task.sleep(for: .milliseconds(500))
+        try await observe(for: .milliseconds(500))
 
         // A crash: SIGKILL, no chance to flush anything more.
         await cluster.router?.kill()
@@ -329,11 +329,11 @@ private func runProbe(_ arguments: String...) async throws -> Data {
         }
         // Warm-up: buffers and caches every connection reuses.
         #expect(try await wsChurn(url, count: 300) == 300)
-        try await Task.sleep(for: .seconds(1))
+        try await observe(for: .seconds(1))
         let before = try await routerRSS()
         let clients = 1_500
         #expect(try await wsChurn(url, count: clients) == clients)
-        try await Task.sleep(for: .seconds(1))
+        try await observe(for: .seconds(1))
         let grown = try await routerRSS() - before
         // Measured after the fix: 0.7–1.0 KB per client (allocator high-water marks, not objects:
         // heaptrack finds no channel left); before it, 4.4–5.4 KB.

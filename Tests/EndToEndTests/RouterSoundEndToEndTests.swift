@@ -57,7 +57,7 @@ import Testing
         #expect(try await cluster.call(.POST, "/api/sessions/\(session)/play", #"{"url":"tone-440.mp3"}"#).status == 202)
         #expect(try await cluster.call(.POST, "/api/sessions/\(session)/normalize", #"{"enabled":false}"#).status == 200)
         #expect(await bot.hears(440))
-        try await Task.sleep(for: .milliseconds(600))
+        try await observe(for: .milliseconds(600))
         let alone = try Self.level(440, lastFrames: 25, of: bot)
 
         for (body, code) in [(#"{"url":"tone-1000.mp3","duck_db":70}"#, "invalid_duck"), (#"{"volume":50}"#, "missing_url")] {
@@ -68,7 +68,7 @@ import Testing
         let reply = try #require(await bot.reply(1))
         #expect(reply["ok"] as? Bool == true, "\(reply)")
         let layerID = try #require((reply["layer"] as? [String: Any])?["layer_id"] as? Int)
-        try await Task.sleep(for: .milliseconds(1_000))
+        try await observe(for: .milliseconds(1_000))
         for listener in [bot, tab] {
             let started = listener.events().first { $0["type"] as? String == "layer_started" }
             #expect(started?["layer_id"] as? Int == layerID, "\(listener.events().suffix(3))")
@@ -83,7 +83,7 @@ import Testing
         try await bot.send(#"{"op":"layer_stop","layer_id":\#(layerID),"id":3}"#)
         let again = try #require(await bot.reply(3))
         #expect((again["error"] as? [String: Any])?["code"] as? String == "layer_not_found", "\(again)")
-        try await Task.sleep(for: .milliseconds(1_000))
+        try await observe(for: .milliseconds(1_000))
         for listener in [bot, tab] {
             let ended = listener.events().first { $0["type"] as? String == "layer_ended" }
             #expect(ended?["layer_id"] as? Int == layerID && ended?["reason"] as? String == "stopped")

@@ -70,12 +70,12 @@ import Testing
         // Three times, 2 s apart: the engine stopped for 50 ms (2–3 deadlines pass meanwhile).
         let start = ContinuousClock.now
         for _ in 0..<3 {
-            try await Task.sleep(for: .seconds(2))
+            try await observe(for: .seconds(2))
             kill(pid, SIGSTOP)
             usleep(50_000)
             kill(pid, SIGCONT)
         }
-        try await Task.sleep(for: .seconds(2))
+        try await observe(for: .seconds(2))
         let frames = socket.packets("s").filter { $0.at >= start }
         let first = try #require(frames.first?.at), last = try #require(frames.last?.at)
         // Where the last frame arrived against where 20 ms a frame after the first puts it: a

@@ -58,7 +58,7 @@ func tone(of packets: [[UInt8]], lastFrames frames: Int = 50) throws -> Double {
         // Stopping A: A gets `finished` (stopped) and no more audio; B keeps playing without a gap.
         let aMark = a.count, bMark = b.count
         #expect(try await cluster.stopSession(a.session).status == 200)
-        try await Task.sleep(for: .seconds(1.5))
+        try await observe(for: .seconds(1.5))
         let aAfter = a.all[aMark...]
         let finishedIndex = aAfter.firstIndex {
             if case .text(let t) = $0.message { t.contains(#""type":"finished""#) && t.contains(#""reason":"stopped""#) } else { false }
@@ -75,11 +75,10 @@ func tone(of packets: [[UInt8]], lastFrames frames: Int = 50) throws -> Double {
 
         // A new play on A replaces A's audio.
         #expect(try await cluster.play(a.session, "tone-660.mp3").status == 202)
-        try await Task.sleep(for: .seconds(1.5))
-        #expect(abs(try tone(of: a.audio().map(\.packet), lastFrames: 25) - 660) < 5)
+        #expect(await eventually(timeout: .seconds(5)) { (try? abs(tone(of: a.audio().map(\.packet), lastFrames: 25) - 660) < 5) == true })
         let replaceMark = a.count
         #expect(try await cluster.play(a.session, "tone-440.mp3").status == 202)
-        try await Task.sleep(for: .seconds(1.5))
+        try await observe(for: .seconds(1.5))
         let replacedEvents = a.events(from: replaceMark)
         #expect(replacedEvents.contains { $0["type"] as? String == "finished" && $0["reason"] as? String == "replaced" })
         #expect(abs(try tone(of: a.audio(from: replaceMark).map(\.packet), lastFrames: 25) - 440) < 5)

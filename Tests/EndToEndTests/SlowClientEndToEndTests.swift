@@ -30,7 +30,7 @@ import TestSupport
         async let silent = wsProbe(String(format: url, "bystander"), "stall", seconds: 8)
         async let reader = wsProbe(String(format: url, "reader"), "nopong", seconds: 30)
         let slow = try Self.slowHTTP(cluster, slow: 5, idle: 5, seconds: 6)
-        try await Task.sleep(for: .seconds(1))
+        try await observe(for: .seconds(1))
 
         let router = try #require(cluster.router)
         let signalled = ContinuousClock.now
@@ -98,7 +98,7 @@ import TestSupport
         #expect(await bystander.hears(440))
 
         let report = try Self.slowHTTP(cluster, slow: 300, idle: 300, seconds: 9)
-        try await Task.sleep(for: .seconds(1))
+        try await observe(for: .seconds(1))
 
         // Meanwhile: another user plays and is heard, and controls are answered at once.
         let other = SessionListener(session: "other", routerPort: cluster.routerPort, bot: true)

@@ -204,7 +204,7 @@ import WireProtocol
             #expect(try await harness.post("/session/stall\(n)/play", #"{"url":"\#(server.url("steps.mp3"))"}"#).status == 202)
         }
         // Through the stall (it starts about 2.5 s in) and well past its end.
-        try await Task.sleep(for: .seconds(13))
+        try await observe(for: .seconds(13))
         let during = socket.packets("bystander", from: mark)
         let gaps = zip(during.dropFirst(), during).map { milliseconds($0.at - $1.at) }
         #expect(gaps.max() ?? 0 < 100, "the bystander waited \(gaps.max() ?? 0) ms for a worker")

@@ -4,7 +4,6 @@
 // session and writes what is left when it stops.
 import EngineAPI
 import Foundation
-import GRDB
 import Logging
 import Testing
 import TestSupport
@@ -54,11 +53,9 @@ import WireProtocol
         let good = try SessionID("good")
         let database = try SessionDatabase(path: path)
         try await database.save([good: snapshot(["a.mp3"], playing: true)])
-        let queue = try DatabaseQueue(path: path)
-        try await queue.write { db in
-            try db.execute(
-                sql: "INSERT INTO session (id, snapshot, updated_at) VALUES ('broken', '{\"queue\": 3}', 0), ('not an id!', '{}', 0)")
-        }
+        // Rows Tonearm would never write, written beside it on a connection of the test's own.
+        try SQLiteConnection(path: path).execute(
+            "INSERT INTO session (id, snapshot, updated_at) VALUES ('broken', '{\"queue\": 3}', 0), ('not an id!', '{}', 0)")
         #expect(try await database.loadActive().keys.map(\.description) == ["good"])
         await #expect(throws: (any Error).self) { try await database.load(try SessionID("broken")) }
     }

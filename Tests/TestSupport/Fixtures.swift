@@ -95,6 +95,13 @@ public func freePort() throws -> Int {
     return Int(UInt16(bigEndian: address.sin_port))
 }
 
+/// An observation window: the system under test runs for `duration`, then the test judges what
+/// happened meanwhile (the frames that came or did not, a level, a gap). Not a wait for something
+/// that can be waited for: that is `eventually`.
+public func observe(for duration: Duration) async throws {
+    try await Task.sleep(for: duration)
+}
+
 /// Polls `condition` every 20 ms until it holds or `timeout` passes; returns whether it held.
 public func eventually(
     timeout: Duration = .seconds(5), _ condition: () async throws -> Bool

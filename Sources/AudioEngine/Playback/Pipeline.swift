@@ -27,11 +27,7 @@ final class Pipeline {
     /// the two buffers below.
     private var pcm: [Float] = []
     /// Present while a timescale is set: it takes source frames and gives output frames.
-    private var timescale: TimescaleStage?
-    /// A source frame on its way into the timescale stage.
-    private var sourceFrame: [Float] = []
-    /// The source ended under a timescale: silence goes in until the stage has played what it took.
-    private var sourceEnded = false
+    private var timescale = TimescaleFeed()
     /// The source time the last packet covers, in microseconds: 20,000 but under a timescale.
     private(set) var lastSourceMicros = 20_000
 
@@ -42,15 +38,10 @@ final class Pipeline {
 
     /// The next track, and how far the join with it is.
     private var join = TrackJoin()
-    /// The session's `cue`: joins go from this track's cue-out to the next one's cue-in.
-    private var cue = false
-    /// Where this track's sound ends, in floats from its start, once its tail was decoded ahead
-    /// and looked at (`lookAtTail`); nil before, or when it plays to its end.
-    private var cueOutFloats: Int64?
-    private var tailLooked = false
-    /// The next track's side: its leading silence is skipped (once), and how much of it so far.
-    private var cueInDone = false
-    private(set) var cueInFloats: Int64 = 0
+    /// Where this track's sound ends and the next one's begins, with the session's `cue` on.
+    private var cue = CueStage()
+    /// The next track's side of a join: its leading silence skipped, in floats.
+    var cueInFloats: Int64 { cue.inFloats }
     typealias Following = TrackJoin.Following
     /// Set while the play has a next track; fixed once the join has begun.
     var following: Following? { join.following }
@@ -175,7 +166,7 @@ final class Pipeline {
         next.renderer = renderer
         rememberLoudness(whole: true)
         renderer.startTrack(taggedLoudness: next.knownLoudness)
-        next.timescale = timescale
+        next.timescale.carry(from: timescale)
         next.lastSourceMicros = lastSourceMicros
         join.handedOver()
         return next
@@ -188,7 +179,7 @@ final class Pipeline {
     func nextPacket(
         volume: Int, filters: Filters = Filters(), normalize: Bool = false, layers: LayerMixer? = nil, cue: Bool = false
     ) throws -> Next<[UInt8]> {
-        self.cue = cue
+        self.cue.enabled = cue
         let next = try renderNext(volume: volume, filters: filters, normalize: normalize, layers: layers)
         if case .end = next { rememberLoudness(whole: true) }
         return next
@@ -197,13 +188,13 @@ final class Pipeline {
     private func renderNext(volume: Int, filters: Filters, normalize: Bool, layers: LayerMixer?) throws -> Next<[UInt8]> {
         guard case .ready(let decoder) = stage else { return .pending }
         let settings = RenderSettings(volume: volume, filters: filters, normalize: normalize)
-        setTimescale(filters.timescale)
+        if let released = timescale.set(filters.timescale) { samples.putBack(released) }
         renderer.apply(settings)
         join.newPacket()
         do {
             if samples.opusSource && renderer.leavesUnchanged(volume: volume) && samples.decoded.isEmpty
-                && timescale == nil && !join.isJoining && !fadeBegins && layers?.isSounding != true
-                && !(cue && inTailWindow)
+                && !timescale.isActive && !join.isJoining && !fadeBegins && layers?.isSounding != true
+                && !(cue.enabled && inTailWindow)
             {
                 let packet: CompressedPacket
                 switch try samples.nextPacket(decoder) {
@@ -220,8 +211,8 @@ final class Pipeline {
                 }
                 try samples.decode(packet.data)
             }
-            if timescale != nil {
-                switch try stretchedFrame(decoder) {
+            if timescale.isActive {
+                switch try timescale.frame(into: &pcm, source: { try heardFrame(decoder, into: &$0) }) {
                 case .end: return .end
                 case .pending: return .pending
                 case .value(let micros): lastSourceMicros = micros
@@ -267,11 +258,13 @@ final class Pipeline {
             }
         }
         if joinFrame.count != needed { joinFrame = [Float](repeating: 0, count: needed) }
-        if cue && !join.isJoining { try lookAtTail(decoder, fadeFloats: following?.fadeFloats ?? 0) }
+        if cue.enabled && !join.isJoining {
+            try cue.lookAtTail(&samples, decoder, durationMS: info?.durationMS, fadeFloats: following?.fadeFloats ?? 0)
+        }
         if fadeBegins { join.beginFade() }
         if join.isJoining {
             // The next track's frame first: if it is not there yet, none of this one's is taken.
-            switch try next.readOwnFrame(into: &joinFrame, skipLeadingSilence: cue) {
+            switch try next.readOwnFrame(into: &joinFrame, skipLeadingSilence: cue.enabled) {
             case .pending: return .pending
             case .end: joinFrame.withUnsafeMutableBufferPointer { $0.update(repeating: 0) }
             case .value: break
@@ -293,14 +286,15 @@ final class Pipeline {
         case .end: valid = 0
         case .value(let count): valid = count
         }
-        if cue, let cut = cueOutFloats, before + Int64(valid) > cut {
+        let heard = cue.heard(valid, from: before)
+        if heard < valid {
             // Past the cue-out: the rest of this track is its silence, and is not heard.
-            valid = Int(max(0, cut - before))
+            valid = heard
             frame.withUnsafeMutableBufferPointer { $0[valid...].update(repeating: 0) }
         }
         guard valid < needed else { return .value(()) }
         // This track ends within the frame: the next one's first samples fill the rest of it.
-        switch try next.readOwnFrame(into: &joinFrame, skipLeadingSilence: cue) {
+        switch try next.readOwnFrame(into: &joinFrame, skipLeadingSilence: cue.enabled) {
         case .pending:
             // The next track's network is behind: the frame keeps its silence, and the join
             // happens at the next frame.
@@ -321,37 +315,12 @@ final class Pipeline {
 
     /// Whether the fade into the next track starts with the next frame.
     private var fadeBegins: Bool {
-        join.fadeBegins(position: samples.position, durationMS: info?.durationMS, end: cue ? cueOutFloats : nil)
+        join.fadeBegins(position: samples.position, durationMS: info?.durationMS, end: cue.enabled ? cue.outFloats : nil)
     }
 
-    /// With `cue` on and a next track: from the last (fade + 10 s + 2 s) of this track by its
-    /// duration on, decodes the rest ahead half a second a frame (25 times as fast as it plays,
-    /// never a burst) and, once it reaches the end, sets the cue-out where its sound ends. A fade
-    /// then starts on time (its length before the cue-out), and a gapless join happens there.
-    /// A track longer than its duration said by more than 2 s keeps its end.
-    private func lookAtTail(_ decoder: MediaDecoder, fadeFloats: Int) throws {
-        guard !tailLooked, inTailWindow else { return }
-        let window = Int64(fadeFloats + CuePoints.limitFloats)
-        guard samples.decoded.count < Int(window + 2 * Self.tailSlack) else {
-            tailLooked = true
-            return
-        }
-        guard case .value(true) = try samples.decodeAhead(decoder, floats: 48_000) else { return }
-        tailLooked = true
-        let end = samples.decoded.withUnsafeBufferPointer { CuePoints.endOfSound($0) }
-        cueOutFloats = samples.position + Int64(end)
-    }
-
-    /// 2 s, in floats: how much earlier than its end by the duration the tail is looked at, and
-    /// by how much more it may be longer.
-    private static let tailSlack = Int64(2 * 2 * 48_000)
-
-    /// This track has a next one and is within (fade + 10 s + 2 s) of its end by its duration:
-    /// where its cue-out is looked for (an Opus source is decoded from here, not passed through).
+    /// This track has a next one and is within (fade + 10 s + 2 s) of its end (`CueStage`).
     private var inTailWindow: Bool {
-        guard let following, let duration = info?.durationMS, duration > 0 else { return false }
-        let remaining = 2 * MediaTime.samples(ms: duration) - samples.position
-        return remaining <= Int64(following.fadeFloats + CuePoints.limitFloats) + Self.tailSlack
+        CueStage.inTailWindow(position: samples.position, durationMS: info?.durationMS, fadeFloats: following?.fadeFloats)
     }
 
     /// The next 20 ms of this track's own samples (the next track's side of a join, a layer's).
@@ -359,71 +328,12 @@ final class Pipeline {
     /// (at most 10 s of it); the frame starts at the first 10 ms of sound.
     func readOwnFrame(into frame: inout [Float], skipLeadingSilence: Bool = false) throws -> Next<Int> {
         guard case .ready(let decoder) = stage else { return .pending }
-        while skipLeadingSilence && !cueInDone {
-            let read = try samples.readFrame(decoder, into: &frame)
-            guard case .value(let count) = read else { return read }
-            let first = frame.withUnsafeBufferPointer { CuePoints.firstSound(UnsafeBufferPointer(rebasing: $0[..<count])) }
-            guard let first else {
-                cueInFloats += Int64(count)
-                if cueInFloats >= Int64(CuePoints.limitFloats) { cueInDone = true }
-                continue
-            }
-            cueInDone = true
-            cueInFloats += Int64(first)
-            guard first > 0 else { return read }
-            samples.unread(frame[first..<count])
-        }
+        if skipLeadingSilence { return try cue.readAfterLeadingSilence(&samples, decoder, into: &frame) }
         return try samples.readFrame(decoder, into: &frame)
     }
 
     /// Samples read but not used go back in front of the source.
     private func unread(_ read: ArraySlice<Float>) { samples.unread(read) }
-
-    /// The next frame through the timescale stage into `pcm`, and the source time it covers.
-    private func stretchedFrame(_ decoder: MediaDecoder) throws -> Next<Int> {
-        if pcm.count != OpusEncoder.frameFloats { pcm = [Float](repeating: 0, count: OpusEncoder.frameFloats) }
-        if sourceFrame.count != OpusEncoder.frameFloats {
-            sourceFrame = [Float](repeating: 0, count: OpusEncoder.frameFloats)
-        }
-        while true {
-            if timescale?.hasPlayedAll == true { return .end }
-            if let micros = pcm.withUnsafeMutableBufferPointer({ timescale?.pull(into: $0) }) ?? nil {
-                return .value(micros)
-            }
-            if sourceEnded {
-                sourceFrame.withUnsafeMutableBufferPointer { $0.update(repeating: 0) }
-            } else {
-                switch try heardFrame(decoder, into: &sourceFrame) {
-                case .pending: return .pending
-                case .value: break
-                case .end:
-                    // What the stage holds is still to be heard: silence pushes it out.
-                    sourceEnded = true
-                    timescale?.sourceEnded()
-                    sourceFrame.withUnsafeMutableBufferPointer { $0.update(repeating: 0) }
-                }
-            }
-            sourceFrame.withUnsafeBufferPointer { timescale?.push($0) }
-        }
-    }
-
-    /// Starts, changes or ends the timescale. Ended, the source it took but did not play goes back
-    /// in front of the source, so the output goes on from where it was.
-    private func setTimescale(_ settings: Timescale?) {
-        guard let settings, !settings.isIdentity else {
-            guard let released = timescale?.release() else { return }
-            timescale = nil
-            // After the source's end this is its last moments and the silence that pushed them.
-            sourceEnded = false
-            samples.putBack(released)
-            return
-        }
-        if timescale == nil {
-            timescale = TimescaleStage(settings)
-        } else {
-            timescale?.set(settings)
-        }
-    }
 
     /// Whether frames go out as the source's own packets with these settings: an Opus source,
     /// and nothing that changes the sound (normalisation counts only if the track's tag is off
@@ -454,7 +364,6 @@ final class Pipeline {
         }
         samples.seeked(toMS: positionMS)
         renderer.forget()
-        if let settings = timescale?.settings { timescale = TimescaleStage(settings) }
-        sourceEnded = false
+        timescale.seeked()
     }
 }

@@ -1,14 +1,14 @@
-// Queues and settings in SQLite (GRDB), so a Router restart brings every session back as it was.
-// One row per session holding its snapshot as JSON; the schema is versioned by GRDB's migrator.
-// Writes go through `PersistenceWriter`, which coalesces them off the audio path.
+// Queues and settings in SQLite, so a Router restart brings every session back as it was. One row
+// per session holding its snapshot as JSON (the table an earlier version made with GRDB's
+// migrator; its `grdb_migrations` table is left as it is). Writes go through `PersistenceWriter`,
+// which coalesces them off the audio path.
 import Foundation
-import GRDB
 import ServiceSupport
 import WireProtocol
 
 /// The Router's SQLite file.
 struct SessionDatabase: Sendable {
-    private let writer: DatabaseQueue
+    private let connection: SQLiteConnection
 
     /// Opens (creating when needed) the database at `path`; `:memory:` keeps it in memory.
     init(path: String) throws {
@@ -16,39 +16,32 @@ struct SessionDatabase: Sendable {
             try FileManager.default.createDirectory(
                 atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         }
-        var configuration = Configuration()
-        configuration.busyMode = .timeout(5)
-        writer = path == ":memory:" ? try DatabaseQueue(configuration: configuration) : try DatabaseQueue(path: path, configuration: configuration)
-        var migrator = DatabaseMigrator()
-        migrator.registerMigration("v1: sessions") { db in
-            try db.create(table: "session") { table in
-                table.primaryKey("id", .text)
-                table.column("snapshot", .text).notNull()
-                table.column("updated_at", .double).notNull()
-            }
+        connection = try SQLiteConnection(path: path)
+        try connection.runBlocking { database in
+            try database.execute(
+                "CREATE TABLE IF NOT EXISTS session (id TEXT NOT NULL PRIMARY KEY, snapshot TEXT NOT NULL, updated_at DOUBLE NOT NULL)")
         }
-        try migrator.migrate(writer)
     }
 
     /// The stored snapshot of one session.
     func load(_ id: SessionID) async throws -> SessionSnapshot? {
-        let json = try await writer.read { db in
-            try String.fetchOne(db, sql: "SELECT snapshot FROM session WHERE id = ?", arguments: [id.description])
+        let json = try await connection.run { database in
+            try database.rows("SELECT snapshot FROM session WHERE id = ?", [.text(id.description)]).first?.first?.text
         }
         return try json.map { try JSONDecoder().decode(SessionSnapshot.self, from: Data($0.utf8)) }
     }
 
     /// Every stored session, as its JSON (a copy into a cluster's PostgreSQL).
     func loadAllJSON() async throws -> [(id: String, json: String)] {
-        try await writer.read { db in
-            try Row.fetchAll(db, sql: "SELECT id, snapshot FROM session ORDER BY id").map { row in (row["id"], row["snapshot"]) }
+        try await connection.run { database in
+            try database.rows("SELECT id, snapshot FROM session ORDER BY id").map { row in (row[0].text ?? "", row[1].text ?? "") }
         }
     }
 
     /// Every stored session whose queue was playing or paused when it was last written.
     func loadActive() async throws -> [SessionID: SessionSnapshot] {
-        let rows: [(id: String, json: String)] = try await writer.read { db in
-            try Row.fetchAll(db, sql: "SELECT id, snapshot FROM session").map { row in (row["id"], row["snapshot"]) }
+        let rows = try await connection.run { database in
+            try database.rows("SELECT id, snapshot FROM session").map { row in (row[0].text ?? "", row[1].text ?? "") }
         }
         var active: [SessionID: SessionSnapshot] = [:]
         for (raw, json) in rows {
@@ -64,29 +57,30 @@ struct SessionDatabase: Sendable {
     /// Writes a batch of snapshots in one transaction.
     func save(_ batch: [SessionID: SessionSnapshot]) async throws {
         let rows = try Self.rows(batch)
-        try await writer.write { db in try Self.upsert(rows, db) }
+        try await connection.run { try Self.upsert(rows, $0) }
     }
 
     /// Writes a batch on the calling thread, whether or not its task was cancelled: the last
-    /// write when the Router stops (GRDB's async writes give up on a cancelled task).
+    /// write when the Router stops.
     func saveBlocking(_ batch: [SessionID: SessionSnapshot]) throws {
         let rows = try Self.rows(batch)
-        try writer.write { db in try Self.upsert(rows, db) }
+        try connection.runBlocking { try Self.upsert(rows, $0) }
     }
 
     private static func rows(_ batch: [SessionID: SessionSnapshot]) throws -> [(String, String)] {
         try batch.map { ($0.key.description, String(decoding: try JSONCoding.encoder.encode($0.value), as: UTF8.self)) }
     }
 
-    private static func upsert(_ rows: [(String, String)], _ db: Database) throws {
+    private static func upsert(_ rows: [(String, String)], _ database: SQLiteConnection) throws {
         let now = Date().timeIntervalSince1970
-        for (id, json) in rows {
-            try db.execute(
-                sql: """
+        try database.transaction {
+            for (id, json) in rows {
+                try database.execute(
+                    """
                     INSERT INTO session (id, snapshot, updated_at) VALUES (?, ?, ?)
                     ON CONFLICT(id) DO UPDATE SET snapshot = excluded.snapshot, updated_at = excluded.updated_at
-                    """,
-                arguments: [id, json, now])
+                    """, [.text(id), .text(json), .double(now)])
+            }
         }
     }
 }
