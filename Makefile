@@ -20,11 +20,12 @@ DEMO_MEDIA ?= $(CURDIR)/demo-media
 RUN_DIR ?= /tmp/tonearm-run
 export TONEARM_SOCKET ?= $(RUN_DIR)/engine.sock
 export TONEARM_MEDIA_DIR ?= $(DEMO_MEDIA)
-# Every release build here links the Swift runtime in statically, as the image does: the same
-# flags everywhere keep one build in .build/release (different flags rebuild every module), and
-# CI's deployment step can put the executables the tests ran against into the image
-# (deploy/smoke-test.sh, TONEARM_IMAGE_BINARIES=host).
-RELEASE := swift build -c release --static-swift-stdlib
+# Every build here is this one release build, with the Swift runtime shared: the same flags
+# everywhere keep one build in .build/release (different flags rebuild every module; swift-testing
+# exists only as a shared library, so the tests cannot link the runtime in statically), and CI's
+# deployment step puts the executables the tests ran against into the image, with the Swift
+# runtime's libraries they use (deploy/smoke-test.sh, TONEARM_IMAGE_BINARIES=host).
+RELEASE := swift build -c release
 
 .PHONY: deps deps-test install-packages build build-release test test-sanitizers test-tsan test-asan run demo-media clean bench bench-smoke bench-quality bench-micro deploy-test soak chaos fuzz
 
@@ -70,8 +71,11 @@ demo-media:
 		echo "demo media in $(DEMO_MEDIA)"; \
 	fi
 
-## Builds (release), creates the demo media and runs AudioEngine and Router until Ctrl-C.
-run: build-release demo-media
+## Builds the two executables (release; nothing else: no test targets, nothing of Benchmarks/),
+## creates the demo media and runs AudioEngine and Router until Ctrl-C.
+run: deps demo-media
+	$(RELEASE) --product AudioEngine
+	$(RELEASE) --product Router
 	@mkdir -p "$(RUN_DIR)"
 	@bin=$$($(RELEASE) --show-bin-path); \
 	"$$bin/AudioEngine" & engine=$$!; \
@@ -79,26 +83,25 @@ run: build-release demo-media
 	echo "Tonearm: open http://$${TONEARM_ROUTER_HOST:-127.0.0.1}:$${TONEARM_ROUTER_PORT:-8080}/ and play tone-440.mp3"; \
 	"$$bin/Router"
 
-## Builds everything and runs every test suite. The end-to-end tests start release builds of
-## the two executables, as a user would run them; unit tests run in the debug build; then
-## schemathesis runs both OpenAPI documents against them (Tests/API, about a minute), and the
-## Discord bridge's tests run against them too (bridges/discord, about 35 s).
+## Builds everything once and runs every test suite. One release build serves all of them
+## (TONEARM_TESTABLE, Package.swift): the end-to-end tests start its two executables, as a user
+## would run them, and the unit tests run in its test targets. Tests/run.sh then runs the Swift
+## suites in two groups at once, and schemathesis (both OpenAPI documents, Tests/API) and the
+## Discord bridge's tests (bridges/discord) against the same executables.
 ## First, in a second: does Package.swift load from what the image's Dockerfile copies?
+TESTABLE := TONEARM_TESTABLE=1
 test: deps-test
 	deploy/check-build-context.sh
-	swift build --build-tests
-	$(RELEASE)
-	TONEARM_BIN_DIR="$$($(RELEASE) --show-bin-path)" swift test --skip-build --no-parallel
-	TONEARM_BIN_DIR="$$($(RELEASE) --show-bin-path)" Tests/API/run.sh
-	bin="$$($(RELEASE) --show-bin-path)" && cd bridges/discord && TONEARM_BIN_DIR="$$bin" python3 -m pytest -q
+	$(TESTABLE) $(RELEASE) --build-tests
+	Tests/run.sh
 
 ## The unit tests under ThreadSanitizer, then every end-to-end test against AddressSanitizer builds
 ## of both executables (docs/reliability.md). ThreadSanitizer instruments Tonearm's own modules
-## and tests (TONEARM_TSAN in Package.swift) on top of the debug build's dependencies, in
-## `.build`: after `make test`, it recompiles only Tonearm (under a minute here, where a build of
-## everything instrumented took 5 to 10), and the next `make test` recompiles it back. AddressSanitizer
-## has its own build folder (.build-asan), every dependency built again: about 18 minutes on two
-## cores. CI runs test-tsan; test-asan does not fit CI's time.
+## and tests (TONEARM_TSAN in Package.swift) on top of `make test`'s release build of the
+## dependencies, in `.build/release`: after `make test` it recompiles only Tonearm, and the next
+## `make test` or `make run` recompiles it back (so CI runs it last). AddressSanitizer has its own
+## build folder (.build-asan), every dependency built again: about 18 minutes on two cores. CI runs
+## test-tsan; test-asan does not fit CI's time.
 UNIT_TESTS := AudioEngineTests|RouterTests|WireProtocolTests
 test-sanitizers: test-tsan test-asan
 
@@ -115,9 +118,9 @@ test-sanitizers: test-tsan test-asan
 ## ThreadSanitizer on a slow day): TimescaleTests, LoudnessTests, WireMessageDecoderTests.
 TSAN_SKIP := PacerTests|aSeekIsNotCountedAsLateFrames|changesWhileTheTicksTakeFramesLoseAndRepeatNothing|TimescaleTests|LoudnessTests|WireMessageDecoderTests
 test-tsan: deps-test
-	TONEARM_TSAN=1 swift build --build-tests
-	TONEARM_TSAN=1 TSAN_OPTIONS=halt_on_error=1 swift test --skip-build --no-parallel \
-		--filter '$(UNIT_TESTS)' --skip '$(TSAN_SKIP)'
+	TONEARM_TSAN=1 $(TESTABLE) $(RELEASE) --build-tests
+	TSAN_OPTIONS=halt_on_error=1 "$$(TONEARM_TSAN=1 $(TESTABLE) $(RELEASE) --show-bin-path)/tonearmPackageTests.xctest" \
+		--testing-library swift-testing --no-parallel --filter '$(UNIT_TESTS)' --skip '$(TSAN_SKIP)'
 
 ## A memory error aborts the executable (every test using it fails) and leaves AddressSanitizer's
 ## report in .build-asan/reports, printed here. Leak reports are off: executables the tests kill
@@ -125,10 +128,11 @@ test-tsan: deps-test
 test-asan: deps-test
 	swift build -c release --sanitize=address --scratch-path .build-asan --product AudioEngine
 	swift build -c release --sanitize=address --scratch-path .build-asan --product Router
-	swift build --build-tests
+	$(TESTABLE) $(RELEASE) --build-tests
 	rm -rf .build-asan/reports && mkdir -p .build-asan/reports
 	ASAN_OPTIONS=detect_leaks=0:log_path=$(CURDIR)/.build-asan/reports/asan TONEARM_BIN_DIR=$(CURDIR)/.build-asan/release \
-		swift test --skip-build --no-parallel --filter EndToEndTests; status=$$?; \
+		"$$($(TESTABLE) $(RELEASE) --show-bin-path)/tonearmPackageTests.xctest" --testing-library swift-testing \
+		--no-parallel --filter EndToEndTests; status=$$?; \
 	if ls .build-asan/reports/asan.* >/dev/null 2>&1; then cat .build-asan/reports/asan.*; exit 1; fi; exit $$status
 
 ## The load tool against release builds (docs/benchmarks.md): about 35 minutes on two cores

@@ -16,7 +16,7 @@ work=.build-fuzz
 jobs=${FUZZ_JOBS:-$(nproc)}
 # The flags of every other release build here (the Makefile's RELEASE): others would rebuild every
 # dependency.
-flags=(-c release --static-swift-stdlib)
+flags=(-c release)
 for target in "${targets[@]}"; do
   echo "== building $target"
   TONEARM_FUZZ=1 swift build "${flags[@]}" --product "$target" 2>&1 | grep -E "error|warning: unre|Compiling|Build" | tail -3
