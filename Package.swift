@@ -97,6 +97,7 @@ let package = Package(
             dependencies: [
                 "WireProtocol", "EngineAPI", "ServiceSupport", "CSQLite",
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
