@@ -27,7 +27,7 @@ export TONEARM_MEDIA_DIR ?= $(DEMO_MEDIA)
 # runtime's libraries they use (deploy/smoke-test.sh, TONEARM_IMAGE_BINARIES=host).
 RELEASE := swift build -c release
 
-.PHONY: deps deps-test install-packages build build-release test test-sanitizers test-tsan test-asan run demo-media clean bench bench-smoke bench-quality bench-micro deploy-test soak chaos fuzz
+.PHONY: deps deps-test install-packages build build-release test test-sanitizers test-tsan test-tsan-build test-asan run demo-media clean bench bench-smoke bench-smoke-built bench-smoke-rest bench-quality bench-micro deploy-test soak chaos fuzz
 
 ## Installs the Debian packages and Python tools Tonearm needs to build and run (skipped when all
 ## are present); `deps-test` adds what the tests need.
@@ -118,10 +118,12 @@ test-sanitizers: test-tsan test-asan
 ## the three suites of single-threaded arithmetic once left out for CI's time (TimescaleTests,
 ## LoudnessTests, WireMessageDecoderTests: 226 of 296 s on a slow day) take 20 s, and run here again.
 TSAN_SKIP := PacerTests|aSeekIsNotCountedAsLateFrames|changesWhileTheTicksTakeFramesLoseAndRepeatNothing
-test-tsan: deps-test
-	TONEARM_TSAN=1 $(TESTABLE) $(RELEASE) --build-tests
+test-tsan: deps-test test-tsan-build
 	TSAN_OPTIONS=halt_on_error=1 "$$(TONEARM_TSAN=1 $(TESTABLE) $(RELEASE) --show-bin-path)/tonearmPackageTests.xctest" \
 		--testing-library swift-testing --no-parallel --filter '$(UNIT_TESTS)' --skip '$(TSAN_SKIP)'
+
+test-tsan-build:
+	TONEARM_TSAN=1 $(TESTABLE) $(RELEASE) --build-tests
 
 ## A memory error aborts the executable (every test using it fails) and leaves AddressSanitizer's
 ## report in .build-asan/reports, printed here. Leak reports are off: executables the tests kill
@@ -139,9 +141,11 @@ test-asan: deps-test
 ## The load tool against release builds (docs/benchmarks.md): about 35 minutes on two cores
 ## (2,038 s on 2026-11-26).
 ## BENCH_ARGS picks rows and sizes, e.g. make bench BENCH_ARGS="--rows pacing --pacing-seconds 60".
+## The load tool's listeners come with the test build (TONEARM_TESTABLE, as CI sets it), else
+## from a build with the bench targets.
 bench: deps
 	$(RELEASE)
-	TONEARM_BENCHMARKS=1 $(RELEASE) --product tonearm-listeners
+	[ -n "$$TONEARM_TESTABLE" ] || TONEARM_BENCHMARKS=1 $(RELEASE) --product tonearm-listeners
 	Benchmarks/Load/tonearm-load $(BENCH_ARGS)
 
 ## The soak run of docs/reliability.md: 60 sessions with churn for an hour, one engine restart
@@ -164,11 +168,20 @@ FUZZ_SECONDS ?= 600
 fuzz: deps
 	Tests/Fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
-## Every row of the load tool at toy sizes, in about a minute, and the chaos row's cluster for
-## 12 s with one kill (CI runs it; no thresholds).
+## Every row of the load tool at toy sizes, in about three minutes, and the chaos row's cluster for
+## 18 s with a kill and a cut (CI runs it; no thresholds). bench-smoke-built does the same with the
+## executables in BENCH_BIN, built before (CI: those `make test` tested, copied aside).
+BENCH_BIN ?= .build/release
 bench-smoke: BENCH_ARGS = --smoke
 bench-smoke: bench deps-test
-	Benchmarks/Load/tonearm-load --rows chaos --chaos-seconds 18 --chaos-every 6 --chaos-guilds 6 --chaos-cut 4
+	@$(MAKE) --no-print-directory bench-smoke-rest
+
+bench-smoke-built: deps-test
+	Benchmarks/Load/tonearm-load --bin $(BENCH_BIN) --smoke
+	@$(MAKE) --no-print-directory bench-smoke-rest
+
+bench-smoke-rest:
+	Benchmarks/Load/tonearm-load --bin $(BENCH_BIN) --rows chaos --chaos-seconds 18 --chaos-every 6 --chaos-guilds 6 --chaos-cut 4
 	Benchmarks/Quality/opus-quality --check
 
 ## What each Opus complexity step costs and does to the sound at 128 kbit/s (docs/benchmarks.md

@@ -192,9 +192,11 @@ let package = Package(
 
 // Everything under Benchmarks/ is kept out of the normal build, and so out of the image, whose
 // build context holds only Package.swift, Sources and Tests (deploy/Dockerfile, checked by
-// deploy/check-build-context.sh): the micro-benchmarks (package-benchmark), their dependency and
-// the load tool's listeners exist only when TONEARM_BENCHMARKS is set (the bench targets set it).
-if Context.environment["TONEARM_BENCHMARKS"] != nil {
+// deploy/check-build-context.sh). The load tool's listeners are part of the test build
+// (TONEARM_TESTABLE: `make test` builds them, and CI's load-tool step takes them from there) and
+// of the bench targets' (TONEARM_BENCHMARKS); the micro-benchmarks and their dependency exist only
+// with TONEARM_BENCHMARKS.
+if Context.environment["TONEARM_BENCHMARKS"] != nil || Context.environment["TONEARM_TESTABLE"] != nil {
     package.products.append(.executable(name: "tonearm-listeners", targets: ["TonearmListeners"]))
     // The load tool's WebSocket listeners (Benchmarks/Load): raw sockets, no dependencies.
     package.targets.append(contentsOf: [
@@ -206,6 +208,8 @@ if Context.environment["TONEARM_BENCHMARKS"] != nil {
             swiftSettings: swiftSettings
         ),
     ])
+}
+if Context.environment["TONEARM_BENCHMARKS"] != nil {
     package.dependencies.append(
         .package(url: "https://github.com/ordo-one/benchmark.git", from: "1.38.1", traits: ["MallocInterposer"]))
     package.targets.append(
@@ -260,8 +264,8 @@ if Context.environment["TONEARM_TESTABLE"] != nil {
 
 // ThreadSanitizer for the unit tests (`make test-tsan`), only when TONEARM_TSAN is set: Tonearm's
 // own modules and its test targets are compiled with `-sanitize=thread`, the dependencies as in
-// any debug build, so the TSan build shares `.build/debug` with `make test` and recompiles only
-// Tonearm's modules (about 2 minutes, instead of a third build of everything). Races inside a
+// any release build, so the TSan build shares `.build/release` with `make test` and recompiles only
+// Tonearm's modules (about 4 minutes, instead of another build of everything). Races inside a
 // dependency are that dependency's to find; what is instrumented is every access of Tonearm's.
 if Context.environment["TONEARM_TSAN"] != nil {
     for target in package.targets where [.regular, .executable, .test].contains(target.type) {

@@ -109,14 +109,14 @@ for copy_workdir, sources, target in build[0]["copies"]:
         copy(source_abs, os.path.normpath(os.path.join(context, relative)))
 PY
 
-# TONEARM_BENCHMARKS adds the benchmark targets; the image builds without it.
-if ! out=$(cd "$CONTEXT" && env -u TONEARM_BENCHMARKS swift package describe --type json 2>&1 >/dev/null); then
+# TONEARM_BENCHMARKS and TONEARM_TESTABLE add targets under Benchmarks/; the image builds without them.
+if ! out=$(cd "$CONTEXT" && env -u TONEARM_BENCHMARKS -u TONEARM_TESTABLE swift package describe --type json 2>&1 >/dev/null); then
   echo "deploy/check-build-context.sh: Package.swift does not load from what $(basename "$DOCKERFILE") copies into the image:" >&2
   echo "$out" >&2
   echo "Either copy the missing files in the Dockerfile's build stage or keep the target out of the default manifest." >&2
   exit 1
 fi
-missing=$(cd "$CONTEXT" && env -u TONEARM_BENCHMARKS swift package dump-package 2>/dev/null | python3 -c '
+missing=$(cd "$CONTEXT" && env -u TONEARM_BENCHMARKS -u TONEARM_TESTABLE swift package dump-package 2>/dev/null | python3 -c '
 import json, sys
 installed = set(open(sys.argv[1]).read().split())
 for target in json.load(sys.stdin)["targets"]:

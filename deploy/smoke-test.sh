@@ -109,7 +109,8 @@ URL=http://127.0.0.1:$PORT
 binaries=compiled
 if [ "${TONEARM_IMAGE_BINARIES:-}" = host ]; then
   step "docker-compose up -d --build with this host's release build (the Dockerfile's prebuilt stage)"
-  bin=$(cd "$ROOT" && swift build -c release --show-bin-path)
+  # TONEARM_BIN_DIR: where the tested executables are (CI copies them aside while it builds others).
+  bin=${TONEARM_BIN_DIR:-$(cd "$ROOT" && swift build -c release --show-bin-path)}
   for f in AudioEngine Router tonearm_TonearmRouter.resources; do
     [ -e "$bin/$f" ] || { echo "no $bin/$f: build it first (swift build -c release)"; exit 1; }
   done

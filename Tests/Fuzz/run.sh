@@ -7,6 +7,8 @@
 # target. Exits non-zero if any target crashed; the crashing input is kept in
 # .build-fuzz/artifacts/ (replay: .build/release/<Target> <file>); once fixed, keep it in
 # Tests/Fuzz/Regressions/<Target>/ so every later run tries it first.
+# FUZZ_STEP=build only builds, FUZZ_STEP=run only runs what was built (CI builds while other steps
+# run, then fuzzes on a quiet machine); the default does both.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds=${1:-60}; shift || true
@@ -17,11 +19,16 @@ jobs=${FUZZ_JOBS:-$(nproc)}
 # The flags of every other release build here (the Makefile's RELEASE): others would rebuild every
 # dependency.
 flags=(-c release)
-for target in "${targets[@]}"; do
-  echo "== building $target"
-  TONEARM_FUZZ=1 swift build "${flags[@]}" --product "$target" 2>&1 | grep -E "error|warning: unre|Compiling|Build" | tail -3
-done
+step=${FUZZ_STEP:-all}
 bin=$(TONEARM_FUZZ=1 swift build "${flags[@]}" --show-bin-path)
+if [ "$step" != run ]; then
+  for target in "${targets[@]}"; do
+    echo "== building $target"
+    TONEARM_FUZZ=1 swift build "${flags[@]}" --product "$target" 2>&1 | grep -E "error|warning: unre|Compiling|Build" | tail -3
+    [ -x "$bin/$target" ] || { echo "== $target did not build"; exit 1; }
+  done
+fi
+[ "$step" != build ] || exit 0
 python3 Tests/Fuzz/seeds.py "$work/seeds"
 mkdir -p "$work/artifacts"
 status=0
