@@ -140,6 +140,18 @@ let package = Package(
             path: "Tests/TestSupport",
             swiftSettings: swiftSettings
         ),
+        // Discord's voice transport, sent by Tonearm itself (docs/discord.md): RTP framing and
+        // the transport encryption, no I/O.
+        .target(
+            name: "DiscordVoice",
+            dependencies: [.product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "DiscordVoiceTests",
+            dependencies: ["DiscordVoice", "TestSupport"],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "WireProtocolTests",
             dependencies: [

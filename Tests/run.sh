@@ -18,24 +18,12 @@
 # its own log, printed whole when the group ends; a failed test's lines are printed again at the
 # end. Exits non-zero if anything failed.
 # TEST_GROUPS=1 runs everything one after the other (as before 2026-11-27), for comparison.
-#
-# TESTED_BIN=DIR copies the executables and the test bundle there first and runs them from there,
-# so .build/release is free for another build meanwhile; TESTS_BESIDE=COMMAND is that build: run
-# at the idle scheduling class (SCHED_IDLE: it gets only the CPU the tests leave, and gives way the
-# moment a test's process wakes), its output in the logs, its failure a failure of the run. CI
-# builds the fuzz targets and the ThreadSanitizer build this way (.ci/run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=$(TONEARM_TESTABLE=1 swift build -c release --show-bin-path)
-[ -x "$bin/tonearmPackageTests.xctest" ] || { echo "no test build in $bin: run make test"; exit 1; }
-if [ -n "${TESTED_BIN:-}" ]; then
-  mkdir -p "$TESTED_BIN"
-  cp -a "$bin"/AudioEngine "$bin"/Router "$bin"/tonearm-listeners "$bin"/tonearmPackageTests.xctest \
-    "$bin"/*.resources "$TESTED_BIN"/ || exit 1
-  bin=$TESTED_BIN
-fi
 export TONEARM_BIN_DIR=$bin
 tests=$bin/tonearmPackageTests.xctest
+[ -x "$tests" ] || { echo "no test build in $bin: run make test"; exit 1; }
 apart='BrowserEndToEndTests|PartitionEndToEndTests|ClusterEndToEndTests'
 alone='EngineEndToEndTests|HostileSourceEndToEndTests|SlowSourceEndToEndTests|SourcePolicyEndToEndTests|ClusterDatabaseTests'
 logs=$(mktemp -d /tmp/tonearm-tests.XXXXXX)
@@ -51,24 +39,10 @@ report() {  # name, status
   echo; echo "== Tests/run.sh: $1 ended with status $2 after $(( $(date +%s) - started )) s"
 }
 
-beside_pid=
-if [ -n "${TESTS_BESIDE:-}" ]; then
-  [ -n "${TESTED_BIN:-}" ] || { echo "TESTS_BESIDE needs TESTED_BIN"; exit 1; }
-  ( chrt --idle 0 bash -c "$TESTS_BESIDE" >"$logs/beside.log" 2>&1; echo $? >"$logs/beside.status" ) &
-  beside_pid=$!
-  echo "== Tests/run.sh: beside the tests, at the idle scheduling class: $TESTS_BESIDE"
-fi
-beside() {  # waits for TESTS_BESIDE, prints its output; fails if it failed
-  [ -n "$beside_pid" ] || return 0
-  wait "$beside_pid"; cat "$logs/beside.log"; report "beside the tests: $TESTS_BESIDE" "$(cat "$logs/beside.status")"
-  [ "$(cat "$logs/beside.status")" = 0 ]
-}
-
 if [ "${TEST_GROUPS:-2}" = 1 ]; then
   swift_tests; a=$?
   others; b=$?
-  beside; c=$?
-  exit $(( a || b || c ))
+  exit $(( a || b ))
 fi
 
 ( swift_tests --filter "$apart" >"$logs/apart.log" 2>&1; echo $? >"$logs/apart.status" ) &
@@ -82,7 +56,6 @@ wait $rest_pid; cat "$logs/rest.log" "$logs/others.log"; report "the other suite
 swift_tests --filter "$alone" 2>&1 | tee "$logs/alone.log"; echo "${PIPESTATUS[0]}" >"$logs/alone.status"
 report "$alone, alone" "$(cat "$logs/alone.status")"
 failed=0
-beside || failed=1
 for group in apart rest alone; do
   [ "$(cat "$logs/$group.status")" = 0 ] || failed=1
 done
