@@ -12,9 +12,9 @@
 # session to 100 ms between frames at the engine's socket beside a hostile, slow or refused
 # source (beside the other group, one saw 111.6 ms in CI at 24eda74), and ClusterDatabaseTests,
 # whose statements have deadlines of 200 ms (beside the other group, the statement after one given
-# up failed with a PSQLError in 2 of 2 runs that day; alone it passes). Three groups at once were tried on this
-# 2-core host and cut 120 s, but four timing checks failed under the load (a crossfade's end
-# event, a layer's stall, a close, a hand-over's gap), so two it is. Each group's output goes to
+# up failed with a PSQLError in 2 of 2 runs that day; alone it passes). Three groups at once were
+# tried on this 2-core host and cut 120 s, but four timing checks failed under the load (a
+# crossfade's end event, a layer's stall, a close, a hand-over's gap), so two it is. Each group's output goes to
 # its own log, printed whole when the group ends; a failed test's lines are printed again at the
 # end. Exits non-zero if anything failed.
 # TEST_GROUPS=1 runs everything one after the other (as before 2026-11-27), for comparison.
