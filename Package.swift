@@ -140,8 +140,8 @@ let package = Package(
             path: "Tests/TestSupport",
             swiftSettings: swiftSettings
         ),
-        // Discord's voice transport, sent by Tonearm itself (docs/discord.md): RTP framing and
-        // the transport encryption, no I/O.
+        // Discord's voice transport without I/O, for the voice connection Tonearm is to make
+        // itself (docs/discord.md): RTP framing, the transport encryption, the gateway's machine.
         .target(
             name: "DiscordVoice",
             dependencies: [.product(name: "Crypto", package: "swift-crypto")],
