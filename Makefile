@@ -87,9 +87,8 @@ run: deps demo-media
 ## Builds everything once and runs every test suite. One release build serves all of them
 ## (TONEARM_TESTABLE, Package.swift): the end-to-end tests start its two executables, as a user
 ## would run them, and the unit tests run in its test targets. Tests/run.sh then runs the Swift
-## suites in two groups at once (and two suites alone after them), and schemathesis (both
-## OpenAPI documents, Tests/API) and the Discord bridge's tests (bridges/discord) against the same
-## executables.
+## suites one after the other, and schemathesis (both OpenAPI documents, Tests/API) and the
+## Discord bridge's tests (bridges/discord) against the same executables.
 ## First, in a second: does Package.swift load from what the image's Dockerfile copies?
 TESTABLE := TONEARM_TESTABLE=1
 test: deps-test
