@@ -95,7 +95,7 @@ let package = Package(
         .target(
             name: "TonearmRouter",
             dependencies: [
-                "WireProtocol", "EngineAPI", "ServiceSupport", "CSQLite",
+                "WireProtocol", "EngineAPI", "ServiceSupport", "CSQLite", "DiscordVoice",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -140,16 +140,29 @@ let package = Package(
             path: "Tests/TestSupport",
             swiftSettings: swiftSettings
         ),
-        // Discord's voice transport without I/O, for the voice connection Tonearm is to make
-        // itself (docs/discord.md): RTP framing, the transport encryption, the gateway's machine.
+        // A guild's Discord voice connection, made by Tonearm (docs/discord.md): the voice
+        // gateway's machine and its WebSocket, UDP with IP discovery, RTP, the transport
+        // encryption, the silence frames.
         .target(
             name: "DiscordVoice",
-            dependencies: [.product(name: "Crypto", package: "swift-crypto")],
+            dependencies: [
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "DiscordVoiceTests",
-            dependencies: ["DiscordVoice", "TestSupport"],
+            dependencies: [
+                "DiscordVoice", "TestSupport",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(

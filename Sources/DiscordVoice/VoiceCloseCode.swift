@@ -58,10 +58,11 @@ public struct VoiceCloseCode: RawRepresentable, Equatable, Hashable, Sendable, C
         switch Self(rawValue: code) {
         case .voiceServerCrashed:
             return resumable ? .resume : .identifyAgain
-        case .sessionTimeout:
+        case .sessionTimeout, .sessionNoLongerValid:
+            // The session is gone, the credentials may not be: a new identify tells (4004 if not).
             return .identifyAgain
         default:
-            // 4006 and 4014 need the main gateway (a new voice state); 4017 and 4016 mean this
+            // 4014 needs the main gateway (a new voice state); 4017 and 4016 mean this
             // side offered what the server refuses; 4021/4022 are Discord ending the call; the
             // 400x codes below 4006 are a fault that trying again repeats.
             return .give(up: Self(rawValue: code))

@@ -37,6 +37,13 @@ public struct VoiceSession: Equatable, Sendable {
     public var mode: TransportMode
     public var secretKey: [UInt8]
     public var daveProtocolVersion: Int
+
+    public init(ssrc: UInt32, mode: TransportMode, secretKey: [UInt8], daveProtocolVersion: Int) {
+        self.ssrc = ssrc
+        self.mode = mode
+        self.secretKey = secretKey
+        self.daveProtocolVersion = daveProtocolVersion
+    }
 }
 
 public struct VoiceGatewayMachine: Sendable {
@@ -50,7 +57,7 @@ public struct VoiceGatewayMachine: Sendable {
         case closed
     }
 
-    public enum Event: Sendable {
+    public enum Event: Equatable, Sendable {
         case opened
         case hello(heartbeatInterval: Duration)
         case ready(ssrc: UInt32, ip: String, port: Int, modes: [String])
@@ -64,6 +71,8 @@ public struct VoiceGatewayMachine: Sendable {
         case heartbeatDue(nowMilliseconds: Int64)
         /// The socket closed, with the close frame's code if there was one.
         case closed(code: Int?)
+        /// A message that could not be read (logged by the connection; nothing changes).
+        case unreadable(String)
     }
 
     public enum Action: Equatable, Sendable {

@@ -45,6 +45,9 @@ package struct RouterConfiguration: Sendable {
     /// HTTPS: a PEM certificate chain (leaf first) and its PEM private key. Both or neither.
     package var tlsCertificatePath: String?
     package var tlsKeyPath: String?
+    /// A PEM file of the certificate authorities Discord voice servers are checked against (the
+    /// system's when nil): tests name their stand-in voice server's.
+    var voiceTrustRoots: String?
     /// Whether a new session's tracks are brought to the engine's target loudness.
     var normalizeByDefault = true
     /// A cluster's shared PostgreSQL and this pair's place in it (nil: one pair on SQLite).
@@ -104,6 +107,12 @@ package struct RouterConfiguration: Sendable {
             normalizeByDefault = normalize
         }
         if let value = environment["TONEARM_TLS_CERT"], !value.isEmpty { tlsCertificatePath = value }
+        if let value = environment["TONEARM_VOICE_CA_FILE"], !value.isEmpty {
+            guard FileManager.default.isReadableFile(atPath: value) else {
+                throw RouterConfigurationError(message: "TONEARM_VOICE_CA_FILE=\(value) is not a readable file")
+            }
+            voiceTrustRoots = value
+        }
         if let value = environment["TONEARM_TLS_KEY"], !value.isEmpty { tlsKeyPath = value }
         if (tlsCertificatePath == nil) != (tlsKeyPath == nil) {
             throw RouterConfigurationError(

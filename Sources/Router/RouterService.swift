@@ -75,6 +75,8 @@ package enum RouterService {
         api.relay = relay
         let hls = HLSOutput(store: store)
         api.hls = hls
+        let voice = VoiceConnections(store: store, trustRoots: configuration.voiceTrustRoots, logger: logger)
+        api.voice = voice
         var answers = HLSFastAnswers(hls: hls, access: access)
         if let member { answers.playsHere = { member.epoch(of: $0) != nil } }
         let fastHLS = answers
@@ -116,6 +118,8 @@ package enum RouterService {
                         service: TrustedProxyRefresh(proxies: configuration.trustedProxies, logger: logger),
                         successTerminationBehavior: .ignore),
                     .init(service: app),
+                    // Closes the voice connections (1000) when the Router stops.
+                    .init(service: VoiceShutdown(voice: voice)),
                 ] + (relay.map { [.init(service: ClusterHandOver(member: $0.member, relayed: $0.clients))] } ?? []) + [
                     // Told of the shutdown first: its clock then runs while the rest stop.
                     .init(service: ShutdownDeadline(limit: .milliseconds(2_500), writer: writer, logger: logger)),

@@ -77,7 +77,7 @@ struct VoiceGatewayMachineTests {
 
     @Test(arguments: [
         (nil, VoiceCloseDecision.resume), (1006, .resume), (4015, .resume), (4009, .identifyAgain),
-        (4006, .give(up: .sessionNoLongerValid)), (4014, .give(up: .disconnected)), (4017, .give(up: .daveRequired)),
+        (4006, .identifyAgain), (4014, .give(up: .disconnected)), (4017, .give(up: .daveRequired)),
         (4016, .give(up: .unknownEncryptionMode)), (4021, .give(up: .rateLimited)), (4022, .give(up: .callTerminated)),
         (4004, .give(up: .authenticationFailed)),
     ] as [(Int?, VoiceCloseDecision)])

@@ -174,21 +174,20 @@ final class SocketRecorder: Sendable {
     }
 }
 
-/// The Python media server of `Tests/Fixtures`, on a free port.
-final class MediaServer: @unchecked Sendable {
-    // @unchecked: Process is only started and terminated.
-    let port: Int
-    let address: String
+/// A Python script of `Tests/Fixtures` that prints one line when it is ready, killed with the test.
+final class FixtureProcess: @unchecked Sendable {
+    // @unchecked: Process is only started and killed.
     private let process: Process
+    /// The line it printed when ready.
+    let readyLine: String
 
     /// `launcher` runs it through another command (`ip netns exec <ns>`).
-    init(root: String, address: String = "127.0.0.1", arguments: [String] = [], launcher: [String] = []) throws {
-        self.address = address
+    init(script name: String, arguments: [String], launcher: [String] = []) throws {
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("Fixtures/media_server.py").path
+            .appendingPathComponent("Fixtures/\(name)").path
         process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = launcher + ["python3", script, "--root", root, "--bind", address] + arguments
+        process.arguments = launcher + ["python3", script] + arguments
         let output = Pipe()
         process.standardOutput = output
         try process.run()
@@ -196,7 +195,32 @@ final class MediaServer: @unchecked Sendable {
         while let byte = try output.fileHandleForReading.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) {
             line.append(byte)
         }
-        guard let port = Int(String(decoding: line, as: UTF8.self)) else { throw FixtureError("media server did not start") }
+        readyLine = String(decoding: line, as: UTF8.self)
+    }
+
+    /// SIGKILL: it holds no state worth a graceful exit, and it may have been started with
+    /// SIGTERM blocked by the thread that spawned it.
+    func stop() {
+        guard process.isRunning else { return }
+        kill(process.processIdentifier, SIGKILL)
+        while process.isRunning { usleep(10_000) }
+    }
+
+    deinit { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+}
+
+/// The Python media server of `Tests/Fixtures`, on a free port.
+final class MediaServer: Sendable {
+    let port: Int
+    let address: String
+    private let process: FixtureProcess
+
+    /// `launcher` runs it through another command (`ip netns exec <ns>`).
+    init(root: String, address: String = "127.0.0.1", arguments: [String] = [], launcher: [String] = []) throws {
+        self.address = address
+        process = try FixtureProcess(
+            script: "media_server.py", arguments: ["--root", root, "--bind", address] + arguments, launcher: launcher)
+        guard let port = Int(process.readyLine) else { throw FixtureError("media server did not start") }
         self.port = port
     }
 
@@ -212,15 +236,7 @@ final class MediaServer: @unchecked Sendable {
         Int(try await HTTPClientText.get(url("open"))) ?? -1
     }
 
-    /// SIGKILL: it holds no state worth a graceful exit, and it may have been started with
-    /// SIGTERM blocked by the thread that spawned it.
-    func stop() {
-        guard process.isRunning else { return }
-        kill(process.processIdentifier, SIGKILL)
-        while process.isRunning { usleep(10_000) }
-    }
-
-    deinit { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+    func stop() { process.stop() }
 }
 
 /// Test signals and how to read them back.

@@ -22,6 +22,8 @@ struct ClientConnections {
     var relay: ClusterRelay?
     /// The sessions' HLS segmenters (`/hls`), made on first use.
     var hls: HLSOutput?
+    /// The sessions' Discord voice connections (the `voice` command of bots).
+    var voice: VoiceConnections?
     /// How long a client told to go (too slow) has to take the close frame before the
     /// connection is cut.
     var closeGrace: TimeAmount = .seconds(2)
@@ -164,7 +166,7 @@ struct ClientConnections {
                     sink.eventLoop.execute { sink.movedAfterWaiting() }
                     continue
                 }
-                send(.event(await command(text, on: controller, id: id, limited: limited)), to: sink)
+                send(.event(await command(text, on: controller, id: id, limited: limited, bot: kind == .bot)), to: sink)
             }
         } onGracefulShutdown: {
             sink.eventLoop.execute { sink.goAway(grace: Self.shutdownGrace) }
@@ -192,7 +194,7 @@ struct ClientConnections {
 
     /// Runs one WebSocket command and answers its reply message.
     private func command(
-        _ text: String, on controller: SessionController, id: SessionID, limited: Bool
+        _ text: String, on controller: SessionController, id: SessionID, limited: Bool, bot: Bool
     ) async -> String {
         var reply = CommandReply(id: nil)
         do throws(APIError) {
@@ -204,6 +206,9 @@ struct ClientConnections {
                 reply.state = await controller.state
             } else if envelope.op == "layer" {
                 reply.layer = try await layers.add(try LayerCommands.request(data), on: id)
+                reply.state = await controller.state
+            } else if envelope.op == "voice" || envelope.op == "voice_leave" {
+                try voiceCommand(envelope.op, data, on: id, bot: bot)
                 reply.state = await controller.state
             } else if envelope.op == "layer_stop" {
                 reply.stopped = try await layers.remove(try LayerCommands.stop(data), on: id)
@@ -218,6 +223,19 @@ struct ClientConnections {
             reply.error = ErrorBody(code: error.code, message: error.message).error
         }
         return reply.json()
+    }
+
+    /// `voice` (the guild's voice credentials: Tonearm connects and sends the session there) and
+    /// `voice_leave`; bots only. What follows comes as `voice_state` events.
+    private func voiceCommand(_ op: String, _ data: Data, on id: SessionID, bot: Bool) throws(APIError) {
+        guard bot, let voice else {
+            throw APIError(status: .forbidden, code: "voice_needs_bot", message: "only a bot connection (/bot) may hand voice credentials")
+        }
+        if op == "voice" {
+            voice.connect(id, credentials: try VoiceCommand.credentials(data, guild: id))
+        } else if !voice.leave(id) {
+            throw APIError(status: .notFound, code: "voice_not_connected", message: "this guild has no voice connection to leave")
+        }
     }
 
     /// A file of `id`'s HLS stream (`HLSFile`), when `HLSFastPath` did not answer it: a player's

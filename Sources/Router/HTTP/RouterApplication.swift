@@ -27,6 +27,8 @@ struct RouterApplication {
     var relay: ClusterRelay? = nil
     /// The sessions' HLS segmenters, shared with `HLSFastPath` (nil: made here).
     var hls: HLSOutput? = nil
+    /// The sessions' Discord voice connections (nil: made here, checked against the system's roots).
+    var voice: VoiceConnections? = nil
     let startedAt = Date()
     let metrics = RouterMetrics()
 
@@ -86,6 +88,7 @@ struct RouterApplication {
         var clients = ClientConnections(store: store, directory: directory, access: access, link: link, engine: engine)
         clients.relay = relay
         clients.hls = hls ?? HLSOutput(store: store)
+        clients.voice = voice ?? VoiceConnections(store: store, trustRoots: nil, logger: Logger(label: "tonearm.voice"))
         clients.addRoutes(to: router)
         OperationsRoutes(
             store: store, directory: directory, link: link, storage: storage, startedAt: startedAt, recorder: metrics,

@@ -18,6 +18,8 @@ package enum ClientKind: String, Sendable, CaseIterable, Codable {
     case listener
     /// A session's HLS segmenter (`/hls`): one per session, whatever the number of HLS listeners.
     case hls
+    /// A guild's Discord voice connection that Tonearm makes itself (the `voice` command).
+    case voice
 }
 
 /// A client written directly on its channel's event loop (a WebSocket connection).

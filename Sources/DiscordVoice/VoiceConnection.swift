@@ -1,0 +1,276 @@
+// One guild's voice connection to a Discord voice server: the runner that carries out
+// `VoiceGatewayMachine`'s actions on a real WebSocket (wss://<endpoint>/?v=8) and a real UDP
+// socket, and sends the session's Opus frames as `VoiceSender` seals them.
+//
+// Threads of work, all inside `run()`: the socket's messages, read one after the other and fed
+// to the machine; a heartbeat task per socket; a 20 ms ticker for the silence frames. Audio
+// arrives through `send(opus:)` from whoever holds the session's frames (the Router) and goes
+// straight to UDP on the caller's thread: the frames are already paced by the engine.
+//
+// DAVE is not spoken yet: Identify offers `max_dave_protocol_version` 0, and a server that
+// requires DAVE closes with 4017, which ends the connection (reported, not retried).
+import Foundation
+import HummingbirdWSClient
+import Logging
+import NIOCore
+import NIOPosix
+import NIOSSL
+import NIOWebSocket
+import Synchronization
+
+/// What a bot hears about its guild's voice connection.
+public enum VoiceConnectionState: Equatable, Sendable {
+    case connecting
+    case connected(ssrc: UInt32, mode: TransportMode)
+    /// The connection ended for good: Discord's close code when it closed the socket with one.
+    case disconnected(code: Int?, reason: String)
+}
+
+public final class VoiceConnection: Sendable {
+    public let credentials: VoiceCredentials
+    private let tls: TLSConfiguration
+    private let logger: Logger
+    private let report: @Sendable (VoiceConnectionState) -> Void
+    private let machine: Mutex<VoiceGatewayMachine>
+    let media = Mutex(Media())
+    /// Where IP discovery's answers go while one is awaited.
+    let discoveryReplies = Mutex<AsyncStream<ByteBuffer>.Continuation?>(nil)
+    /// The current socket's queue of text messages, while there is a socket.
+    private let outgoing = Mutex<AsyncStream<String>.Continuation?>(nil)
+    /// The current socket's heartbeats.
+    private let heartbeats = Mutex<Task<Void, Never>?>(nil)
+    /// Set when this side decided the socket must end (a reconnect, a failure).
+    private let control = Mutex<Control?>(nil)
+
+    struct Media: Sendable {
+        var sender: VoiceSender?
+        var channel: (any Channel)?
+        var remote: SocketAddress?
+    }
+
+    private enum Control: Sendable {
+        case reconnect(after: Duration)
+        case stop(VoiceConnectionState)
+    }
+
+    /// `tls` checks the voice server's certificate (the system's roots unless a test gives its own).
+    public init(
+        credentials: VoiceCredentials, tls: TLSConfiguration = .makeClientConfiguration(), logger: Logger,
+        report: @escaping @Sendable (VoiceConnectionState) -> Void
+    ) {
+        self.credentials = credentials
+        self.tls = tls
+        self.logger = logger
+        self.report = report
+        self.machine = Mutex(VoiceGatewayMachine(credentials: credentials, maxDaveProtocolVersion: 0))
+    }
+
+    /// The address the voice gateway answers at: Discord hands `host:port` (or a bare host).
+    public var url: String { "wss://\(credentials.endpoint)/?v=8" }
+
+    /// Packets this connection put on UDP (audio and silence), for `/sessions` and tests.
+    public var packetsSent: UInt64 { media.withLock { $0.sender?.packetsSent ?? 0 } }
+
+    /// One 20 ms Opus frame of the session: sent at once while connected, dropped otherwise.
+    public func send(opus: [UInt8]) {
+        let now = ContinuousClock.now
+        let (output, ssrc, channel, remote) = media.withLock { media -> (VoiceSender.Output, UInt32, (any Channel)?, SocketAddress?) in
+            guard var sender = media.sender else { return (.init(), 0, nil, nil) }
+            media.sender = nil  // not copied on write below
+            let output = sender.frame(opus, now: now)
+            media.sender = sender
+            return (output, sender.session.ssrc, media.channel, media.remote)
+        }
+        carryOut(output, ssrc: ssrc, channel: channel, remote: remote)
+    }
+
+    /// Runs the connection until Discord ends it, it gives up, or the task is cancelled (then it
+    /// closes the socket with 1000: the bot left the channel or the session ended).
+    public func run() async {
+        report(.connecting)
+        let final: VoiceConnectionState = await withTaskGroup(of: VoiceConnectionState?.self) { group in
+            group.addTask { await self.tick(); return nil }
+            group.addTask { await self.connectUntilDone() }
+            let state = await group.next() ?? nil
+            group.cancelAll()
+            return state ?? .disconnected(code: nil, reason: "the voice connection was closed")
+        }
+        let channel = media.withLock { media -> (any Channel)? in
+            defer { media = Media() }
+            return media.channel
+        }
+        try? await channel?.close()
+        report(final)
+    }
+
+    private func tick() async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: VoiceSender.frameDuration)
+            let now = ContinuousClock.now
+            let (output, ssrc, channel, remote) = media.withLock { media -> (VoiceSender.Output, UInt32, (any Channel)?, SocketAddress?) in
+                guard var sender = media.sender else { return (.init(), 0, nil, nil) }
+                media.sender = nil
+                let output = sender.tick(now: now)
+                media.sender = sender
+                return (output, sender.session.ssrc, media.channel, media.remote)
+            }
+            carryOut(output, ssrc: ssrc, channel: channel, remote: remote)
+        }
+    }
+
+    private func carryOut(_ output: VoiceSender.Output, ssrc: UInt32, channel: (any Channel)?, remote: SocketAddress?) {
+        if output.speaking == true { say(VoiceGatewayMessages.speaking(true, ssrc: ssrc)) }
+        if let channel, let remote {
+            for packet in output.packets {
+                channel.write(AddressedEnvelope(remoteAddress: remote, data: ByteBuffer(bytes: packet)), promise: nil)
+            }
+            if !output.packets.isEmpty { channel.flush() }
+        }
+        if output.speaking == false { say(VoiceGatewayMessages.speaking(false, ssrc: ssrc)) }
+    }
+
+    private func say(_ text: String) {
+        _ = outgoing.withLock { $0?.yield(text) }
+    }
+
+    /// Sockets, one after the other, until the machine gives up or the task is cancelled.
+    private func connectUntilDone() async -> VoiceConnectionState? {
+        while !Task.isCancelled {
+            control.withLock { $0 = nil }
+            var closeCode: Int?
+            var dropped = true
+            do {
+                let close = try await WebSocketClient.connect(
+                    url: url, configuration: WebSocketClientConfiguration(maxFrameSize: 1 << 20, closeTimeout: .seconds(1)),
+                    tlsConfiguration: tls, logger: logger
+                ) { inbound, outbound, _ in
+                    try await self.converse(inbound: inbound, outbound: outbound)
+                }
+                if let close { closeCode = Int(UInt16(webSocketErrorCode: close.closeCode)); dropped = false }
+            } catch {
+                logger.debug("voice gateway socket failed", metadata: ["guild": "\(credentials.guildID)", "error": "\(error)"])
+            }
+            outgoing.withLock { $0?.finish(); $0 = nil }
+            if Task.isCancelled { return nil }
+            let decided = control.withLock { $0 }
+            let next: Control
+            if let decided {
+                next = decided
+            } else {
+                logger.info("voice gateway closed", metadata: ["guild": "\(credentials.guildID)", "code": "\(closeCode.map(String.init) ?? "none")"])
+                let actions = machine.withLock { $0.handle(.closed(code: dropped ? nil : closeCode)) }
+                next = Self.control(from: actions, closeCode: closeCode) ?? .stop(.disconnected(code: closeCode, reason: "the voice gateway closed"))
+            }
+            switch next {
+            case .stop(let state):
+                return state
+            case .reconnect(let delay):
+                report(.connecting)
+                try? await Task.sleep(for: delay)
+            }
+        }
+        return nil
+    }
+
+    private static func control(from actions: [VoiceGatewayMachine.Action], closeCode: Int?) -> Control? {
+        for action in actions {
+            switch action {
+            case .reconnect(_, let after): return .reconnect(after: after)
+            case .giveUp(let code): return .stop(.disconnected(code: code.rawValue, reason: code.description))
+            case .fail(let reason): return .stop(.disconnected(code: closeCode, reason: reason))
+            default: continue
+            }
+        }
+        return nil
+    }
+
+    /// One socket: its writer, its heartbeats, and its messages fed to the machine.
+    private func converse(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter) async throws {
+        let (texts, continuation) = AsyncStream<String>.makeStream()
+        outgoing.withLock { $0 = continuation }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for await text in texts { try await outbound.write(.text(text)) }
+            }
+            defer { heartbeats.withLock { $0?.cancel(); $0 = nil } }
+            try await perform(machine.withLock { $0.handle(.opened) }, outbound: outbound)
+            for try await message in inbound.messages(maxSize: 1 << 20) {
+                let events: [VoiceGatewayMachine.Event]
+                switch message {
+                case .text(let text): events = VoiceGatewayMessages.events(fromText: text)
+                case .binary(let bytes): events = VoiceGatewayMessages.sequence(ofBinary: bytes.readableBytesView).map { [.sequence($0)] } ?? []
+                }
+                for event in events {
+                    if case .unreadable(let why) = event {
+                        logger.warning("unreadable voice gateway message", metadata: ["guild": "\(credentials.guildID)", "why": "\(why)"])
+                    }
+                    try await perform(machine.withLock { $0.handle(event) }, outbound: outbound)
+                }
+                if control.withLock({ $0 }) != nil { break }
+            }
+            continuation.finish()
+            group.cancelAll()
+        }
+    }
+
+    private func perform(
+        _ actions: [VoiceGatewayMachine.Action], outbound: WebSocketOutboundWriter
+    ) async throws {
+        for action in actions {
+            if let text = VoiceGatewayMessages.text(for: action) {
+                say(text)
+                continue
+            }
+            switch action {
+            case .startHeartbeats(let interval):
+                let task = Task { await self.heartbeat(every: interval, outbound: outbound) }
+                heartbeats.withLock { $0?.cancel(); $0 = task }
+            case .discoverIP(let ip, let port, let ssrc):
+                let actions: [VoiceGatewayMachine.Action]
+                do {
+                    let (address, localPort) = try await discover(ip: ip, port: port, ssrc: ssrc)
+                    actions = machine.withLock { $0.handle(.discovered(ip: address, port: localPort)) }
+                } catch {
+                    actions = [.fail("IP discovery with \(ip):\(port) failed: \(error)")]
+                }
+                try await perform(actions, outbound: outbound)
+            case .connected(let session):
+                let kept = media.withLock { media -> Bool in
+                    if media.sender?.session == session { return true }
+                    media.sender = try? VoiceSender(session: session)
+                    return false
+                }
+                logger.info("voice connected", metadata: ["guild": "\(credentials.guildID)", "ssrc": "\(session.ssrc)", "mode": "\(session.mode.rawValue)", "resumed": "\(kept)"])
+                report(.connected(ssrc: session.ssrc, mode: session.mode))
+            case .reconnect(_, let after):
+                control.withLock { $0 = .reconnect(after: after) }
+                try? await outbound.close(.unknown(4900), reason: "reconnecting")
+            case .fail(let reason):
+                control.withLock { $0 = .stop(.disconnected(code: nil, reason: reason)) }
+                try? await outbound.close(.normalClosure, reason: nil)
+            case .giveUp(let code):
+                control.withLock { $0 = .stop(.disconnected(code: code.rawValue, reason: code.description)) }
+            default:
+                continue
+            }
+        }
+    }
+
+    private func heartbeat(every interval: Duration, outbound: WebSocketOutboundWriter) async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: interval)
+            if Task.isCancelled { return }
+            let now = Int64(Date().timeIntervalSince1970 * 1000)
+            let actions = machine.withLock { $0.handle(.heartbeatDue(nowMilliseconds: now)) }
+            for action in actions {
+                if let text = VoiceGatewayMessages.text(for: action) { say(text) }
+                if case .reconnect(_, let after) = action {
+                    logger.info("voice gateway stopped answering heartbeats", metadata: ["guild": "\(credentials.guildID)"])
+                    control.withLock { $0 = .reconnect(after: after) }
+                    try? await outbound.close(.unknown(4900), reason: "no heartbeat acknowledged")
+                    return
+                }
+            }
+        }
+    }
+}

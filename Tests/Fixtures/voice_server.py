@@ -1,0 +1,327 @@
+#!/usr/bin/env python3
+"""A stand-in Discord voice server for Tonearm's tests, written from Discord's documented voice
+protocol (gateway version 8 over TLS, UDP with IP discovery, RTP sealed with the "rtpsize" AEAD
+modes). It is the judge of Tonearm's voice connection: it opens every packet as Discord would
+(OpenSSL for AES-256-GCM, libsodium for XChaCha20-Poly1305), decodes the Opus with libopus, and
+keeps what a listener in the call would notice: the tone, the sequence and timestamp continuity,
+the silence frames, Speaking, the packet intervals.
+
+What it does not do: DAVE. With --dave-required it refuses (4017) an Identify that offers no DAVE
+protocol version, as Discord has done since 2026-03-02; it does not take part in an MLS group.
+
+--authority DIR shares one certificate authority among stand-ins (the server a call moves to).
+Prints one JSON line when ready: {"ws_port", "udp_port", "control_port", "ca"}. The control API
+(plain HTTP on loopback): GET /report, POST /close?code=N (closes the voice sockets with N; 4006
+also forgets their sessions, so a resume is refused), POST /reset (forgets the packets heard).
+"""
+import argparse
+import asyncio
+import datetime
+import json
+import os
+import secrets
+import signal
+import ssl
+import struct
+import sys
+import tempfile
+import time
+
+import nacl.bindings
+import numpy
+from aiohttp import WSMsgType, web
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.x509.oid import NameOID
+import discord.opus
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--modes", default="aead_aes256_gcm_rtpsize,aead_xchacha20_poly1305_rtpsize")
+parser.add_argument("--dave-required", action="store_true")
+parser.add_argument("--heartbeat-ms", type=float, default=13750.0)
+parser.add_argument("--token", default="voice-token", help="the only token Identify and Resume may carry")
+parser.add_argument("--authority", help="a directory for the certificate authority, shared by stand-ins (default: a new one)")
+args = parser.parse_args()
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
+
+SILENCE = b"\xf8\xff\xfe"
+
+
+def certificates(directory):
+    """A certificate for localhost and 127.0.0.1, signed by the authority in `directory` (made
+    there by the first stand-in that needs it: a second stand-in, the server a call moves to, is
+    then trusted by whoever trusts the first)."""
+    import ipaddress
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_path, ca_key_path = os.path.join(directory, "ca.pem"), os.path.join(directory, "ca-key.pem")
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Tonearm stand-in voice CA")])
+    if os.path.exists(ca_path) and os.path.exists(ca_key_path):
+        ca_key = serialization.load_pem_private_key(open(ca_key_path, "rb").read(), None)
+    else:
+        ca_key = ec.generate_private_key(ec.SECP256R1())
+        ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+              .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+              .not_valid_after(now + datetime.timedelta(days=2))
+              .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+              .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                           content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                           key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+              .sign(ca_key, hashes.SHA256()))
+        with open(ca_key_path + ".tmp", "wb") as f:
+            f.write(ca_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                         serialization.NoEncryption()))
+        with open(ca_path + ".tmp", "wb") as f:
+            f.write(ca.public_bytes(serialization.Encoding.PEM))
+        os.replace(ca_key_path + ".tmp", ca_key_path)
+        os.replace(ca_path + ".tmp", ca_path)
+    key = ec.generate_private_key(ec.SECP256R1())
+    leaf = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=2))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .sign(ca_key, hashes.SHA256()))
+    leaf_directory = tempfile.mkdtemp(prefix="tonearm-voice-")
+    paths = {"ca.pem": ca_path, "cert.pem": os.path.join(leaf_directory, "cert.pem"),
+             "key.pem": os.path.join(leaf_directory, "key.pem")}
+    with open(paths["cert.pem"], "wb") as f:
+        f.write(leaf.public_bytes(serialization.Encoding.PEM))
+    with open(paths["key.pem"], "wb") as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption()))
+    return paths
+
+
+class Session:
+    """One voice session: what Identify created, kept across resumes."""
+
+    def __init__(self, identify):
+        self.identify = identify
+        self.ssrc = secrets.randbelow(2**31) + 1
+        self.mode = None
+        self.key = None
+        self.socket = None
+
+
+class Judge:
+    """Everything heard, for GET /report."""
+
+    def __init__(self):
+        self.sessions = {}          # session_id -> Session
+        self.by_ssrc = {}
+        self.sockets = set()
+        self.events = []            # (time, kind, detail)
+        self.reset()
+
+    def reset(self):
+        self.packets = []           # (arrival, ssrc, sequence, timestamp, counter, is_silence)
+        self.unopened = 0
+        self.pcm = {}               # ssrc -> list of numpy int16 stereo frames
+        self.decoders = {}
+
+    def note(self, kind, **detail):
+        self.events.append({"t": time.monotonic(), "kind": kind, **detail})
+
+    def heard(self, packet, address):
+        if len(packet) < 12 + 16 + 4 or packet[0] != 0x80 or packet[1] != 0x78:
+            return
+        header, sealed, counter = packet[:12], packet[12:-4], packet[-4:]
+        sequence, timestamp, ssrc = struct.unpack(">HII", header[2:12])
+        session = self.by_ssrc.get(ssrc)
+        if session is None or session.key is None:
+            self.unopened += 1
+            return
+        try:
+            if session.mode == "aead_xchacha20_poly1305_rtpsize":
+                opus = nacl.bindings.crypto_aead_xchacha20poly1305_ietf_decrypt(sealed, header, counter + bytes(20), session.key)
+            else:
+                opus = AESGCM(session.key).decrypt(counter + bytes(8), sealed, header)
+        except Exception:
+            self.unopened += 1
+            return
+        self.packets.append((time.monotonic(), ssrc, sequence, timestamp, struct.unpack(">I", counter)[0], opus == SILENCE))
+        decoder = self.decoders.setdefault(ssrc, discord.opus.Decoder())
+        pcm = numpy.frombuffer(decoder.decode(opus, fec=False), dtype=numpy.int16)
+        self.pcm.setdefault(ssrc, []).append(pcm)
+
+    def report(self):
+        streams = {}
+        for ssrc in {p[1] for p in self.packets}:
+            packets = [p for p in self.packets if p[1] == ssrc]
+            sequence_breaks = timestamp_breaks = 0
+            for before, after in zip(packets, packets[1:]):
+                step = (after[2] - before[2]) % 65536
+                if step != 1:
+                    sequence_breaks += 1
+                elif (after[3] - before[3]) % 2**32 < 960:
+                    timestamp_breaks += 1
+            audio = [p for p in packets if not p[5]]
+            gaps = [1000 * (b[0] - a[0]) for a, b in zip(audio, audio[1:])]
+            frames = self.pcm.get(ssrc, [])
+            streams[str(ssrc)] = {
+                "packets": len(packets),
+                "silence_frames": sum(1 for p in packets if p[5]),
+                "sequence_breaks": sequence_breaks,
+                "timestamp_breaks": timestamp_breaks,
+                "timestamp_steps": sorted({(b[3] - a[3]) % 2**32 for a, b in zip(packets, packets[1:])})[:20],
+                "counters_in_order": all(b[4] == a[4] + 1 for a, b in zip(packets, packets[1:])),
+                "gap_ms_p99": float(numpy.percentile(gaps, 99)) if gaps else None,
+                "gap_ms_max": max(gaps) if gaps else None,
+                "dominant_hz": dominant(frames[-100:]),
+                "first_at": packets[0][0],
+                "last_at": packets[-1][0],
+            }
+        return {
+            "now": time.monotonic(),
+            "streams": streams,
+            "unopened": self.unopened,
+            "sessions": {k: {"ssrc": s.ssrc, "mode": s.mode} for k, s in self.sessions.items()},
+            "events": self.events,
+            "open_sockets": len(self.sockets),
+        }
+
+
+def dominant(frames):
+    """The strongest frequency of the last frames' left channel, in Hz (None when silent)."""
+    if not frames:
+        return None
+    left = numpy.concatenate(frames)[0::2].astype(numpy.float64)
+    if numpy.max(numpy.abs(left)) < 100:
+        return None
+    spectrum = numpy.abs(numpy.fft.rfft(left * numpy.hanning(len(left))))
+    return float(numpy.argmax(spectrum) * 48000 / len(left))
+
+
+judge = Judge()
+
+
+class Discovery(asyncio.DatagramProtocol):
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def datagram_received(self, data, address):
+        if len(data) == 74 and data[:4] == b"\x00\x01\x00\x46":
+            ssrc = struct.unpack(">I", data[4:8])[0]
+            ip = address[0].encode().ljust(64, b"\x00")
+            self.transport.sendto(b"\x00\x02\x00\x46" + struct.pack(">I", ssrc) + ip + struct.pack(">H", address[1]), address)
+            judge.note("discovery", ssrc=ssrc)
+        else:
+            judge.heard(data, address)
+
+
+async def voice_socket(request):
+    socket = web.WebSocketResponse(heartbeat=None, autoping=True)
+    await socket.prepare(request)
+    judge.sockets.add(socket)
+    judge.note("open", version=request.query.get("v"))
+    seq = 0
+    session = None
+
+    async def send(op, data):
+        nonlocal seq
+        seq += 1
+        await socket.send_str(json.dumps({"op": op, "d": data, "seq": seq}))
+
+    await send(8, {"heartbeat_interval": args.heartbeat_ms})
+    try:
+        async for message in socket:
+            if message.type != WSMsgType.TEXT:
+                continue
+            payload = json.loads(message.data)
+            op, data = payload.get("op"), payload.get("d") or {}
+            if op == 0:
+                judge.note("identify", **{k: data.get(k) for k in ("server_id", "user_id", "session_id", "max_dave_protocol_version")})
+                if data.get("token") != args.token:
+                    await socket.close(code=4004, message=b"Authentication failed")
+                    break
+                if args.dave_required and not data.get("max_dave_protocol_version"):
+                    await socket.close(code=4017, message=b"E2EE/DAVE protocol required")
+                    break
+                session = Session(data)
+                session.socket = socket
+                judge.sessions[data["session_id"]] = session
+                judge.by_ssrc[session.ssrc] = session
+                await send(2, {"ssrc": session.ssrc, "ip": "127.0.0.1", "port": udp_port, "modes": args.modes.split(","),
+                               "heartbeat_interval": 1})
+            elif op == 1:
+                mode = (data.get("data") or {}).get("mode")
+                judge.note("select", mode=mode, address=(data.get("data") or {}).get("address"), port=(data.get("data") or {}).get("port"))
+                if session is None or mode not in args.modes.split(","):
+                    await socket.close(code=4016, message=b"Unknown encryption mode")
+                    break
+                session.mode, session.key = mode, secrets.token_bytes(32)
+                await send(4, {"mode": mode, "secret_key": list(session.key), "dave_protocol_version": 0})
+            elif op == 3:
+                judge.note("heartbeat", seq_ack=data.get("seq_ack"))
+                await send(6, {"t": data.get("t")})
+            elif op == 5:
+                judge.note("speaking", speaking=data.get("speaking"), ssrc=data.get("ssrc"))
+            elif op == 7:
+                judge.note("resume", session_id=data.get("session_id"), seq_ack=data.get("seq_ack"))
+                session = judge.sessions.get(data.get("session_id"))
+                if session is None or data.get("token") != args.token:
+                    await socket.close(code=4006, message=b"Session no longer valid")
+                    break
+                session.socket = socket
+                await send(9, None)
+            else:
+                await socket.close(code=4001, message=b"Unknown opcode")
+                break
+    finally:
+        judge.sockets.discard(socket)
+        judge.note("closed", code=socket.close_code)
+    return socket
+
+
+async def report(request):
+    return web.json_response(judge.report())
+
+
+async def close(request):
+    code = int(request.query.get("code", "4015"))
+    for socket in list(judge.sockets):
+        await socket.close(code=code, message=b"closed by the test")
+    if code == 4006:
+        judge.sessions.clear()
+    judge.note("forced_close", code=code)
+    return web.json_response({"closed": code})
+
+
+async def reset(request):
+    judge.reset()
+    return web.json_response({"reset": True})
+
+
+async def main():
+    global udp_port
+    paths = certificates(args.authority or tempfile.mkdtemp(prefix="tonearm-voice-ca-"))
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(paths["cert.pem"], paths["key.pem"])
+    loop = asyncio.get_running_loop()
+    transport, _ = await loop.create_datagram_endpoint(Discovery, local_addr=("127.0.0.1", 0))
+    udp_port = transport.get_extra_info("sockname")[1]
+    voice = web.Application()
+    voice.router.add_get("/", voice_socket)
+    voice_runner = web.AppRunner(voice)
+    await voice_runner.setup()
+    voice_site = web.TCPSite(voice_runner, "127.0.0.1", 0, ssl_context=context)
+    await voice_site.start()
+    control = web.Application()
+    control.router.add_get("/report", report)
+    control.router.add_post("/close", close)
+    control.router.add_post("/reset", reset)
+    control_runner = web.AppRunner(control)
+    await control_runner.setup()
+    control_site = web.TCPSite(control_runner, "127.0.0.1", 0)
+    await control_site.start()
+    ws_port = voice_site._server.sockets[0].getsockname()[1]
+    control_port = control_site._server.sockets[0].getsockname()[1]
+    print(json.dumps({"ws_port": ws_port, "udp_port": udp_port, "control_port": control_port, "ca": paths["ca.pem"]}), flush=True)
+    await asyncio.Event().wait()
+
+
+discord.opus._load_default()
+asyncio.run(main())
