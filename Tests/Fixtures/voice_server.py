@@ -21,10 +21,12 @@ import json
 import os
 import secrets
 import signal
+import socket
 import ssl
 import struct
 import sys
 import tempfile
+import threading
 import time
 
 import nacl.bindings
@@ -42,11 +44,13 @@ parser.add_argument("--modes", default="aead_aes256_gcm_rtpsize,aead_xchacha20_p
 parser.add_argument("--dave-required", action="store_true")
 parser.add_argument("--heartbeat-ms", type=float, default=13750.0)
 parser.add_argument("--token", default="voice-token", help="the only token Identify and Resume may carry")
+parser.add_argument("--count-only", action="store_true", help="open the packets but decode no Opus (for many guilds)")
 parser.add_argument("--authority", help="a directory for the certificate authority, shared by stand-ins (default: a new one)")
 args = parser.parse_args()
 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
 
 SILENCE = b"\xf8\xff\xfe"
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 
 
 def certificates(directory):
@@ -103,85 +107,103 @@ class Session:
         self.ssrc = secrets.randbelow(2**31) + 1
         self.mode = None
         self.key = None
+        self.aes = None
         self.socket = None
 
 
 class Judge:
-    """Everything heard, for GET /report."""
+    """Everything heard, for GET /report. The UDP thread and the event loop share it (`lock`)."""
 
     def __init__(self):
+        self.lock = threading.Lock()
         self.sessions = {}          # session_id -> Session
         self.by_ssrc = {}
         self.sockets = set()
-        self.events = []            # (time, kind, detail)
+        self.events = []            # {"t", "kind", …}
         self.reset()
 
     def reset(self):
-        self.packets = []           # (arrival, ssrc, sequence, timestamp, counter, is_silence)
-        self.unopened = 0
-        self.pcm = {}               # ssrc -> list of numpy int16 stereo frames
-        self.decoders = {}
+        with self.lock:
+            self.packets = {}       # ssrc -> [(arrival, sequence, timestamp, counter, is_silence)]
+            self.unopened = 0
+            self.pcm = {}           # ssrc -> [numpy int16 stereo frames]
+            self.decoders = {}
 
     def note(self, kind, **detail):
-        self.events.append({"t": time.monotonic(), "kind": kind, **detail})
+        self.events.append({"t": time.time(), "kind": kind, **detail})
 
-    def heard(self, packet, address):
+    def heard(self, packet, arrival):
+        """One datagram that is not IP discovery, with the kernel's arrival time."""
         if len(packet) < 12 + 16 + 4 or packet[0] != 0x80 or packet[1] != 0x78:
             return
         header, sealed, counter = packet[:12], packet[12:-4], packet[-4:]
         sequence, timestamp, ssrc = struct.unpack(">HII", header[2:12])
-        session = self.by_ssrc.get(ssrc)
-        if session is None or session.key is None:
-            self.unopened += 1
-            return
-        try:
-            if session.mode == "aead_xchacha20_poly1305_rtpsize":
-                opus = nacl.bindings.crypto_aead_xchacha20poly1305_ietf_decrypt(sealed, header, counter + bytes(20), session.key)
-            else:
-                opus = AESGCM(session.key).decrypt(counter + bytes(8), sealed, header)
-        except Exception:
-            self.unopened += 1
-            return
-        self.packets.append((time.monotonic(), ssrc, sequence, timestamp, struct.unpack(">I", counter)[0], opus == SILENCE))
-        decoder = self.decoders.setdefault(ssrc, discord.opus.Decoder())
-        pcm = numpy.frombuffer(decoder.decode(opus, fec=False), dtype=numpy.int16)
-        self.pcm.setdefault(ssrc, []).append(pcm)
+        with self.lock:
+            session = self.by_ssrc.get(ssrc)
+            if session is None or session.key is None:
+                self.unopened += 1
+                return
+            try:
+                if session.mode == "aead_xchacha20_poly1305_rtpsize":
+                    opus = nacl.bindings.crypto_aead_xchacha20poly1305_ietf_decrypt(sealed, header, counter + bytes(20), session.key)
+                else:
+                    opus = session.aes.decrypt(counter + bytes(8), sealed, header)
+            except Exception:
+                self.unopened += 1
+                return
+            self.packets.setdefault(ssrc, []).append(
+                (arrival, sequence, timestamp, struct.unpack(">I", counter)[0], opus == SILENCE))
+            if not args.count_only:
+                decoder = self.decoders.setdefault(ssrc, discord.opus.Decoder())
+                pcm = numpy.frombuffer(decoder.decode(opus, fec=False), dtype=numpy.int16)
+                self.pcm.setdefault(ssrc, []).append(pcm)
 
     def report(self):
-        streams = {}
-        for ssrc in {p[1] for p in self.packets}:
-            packets = [p for p in self.packets if p[1] == ssrc]
-            sequence_breaks = timestamp_breaks = 0
-            for before, after in zip(packets, packets[1:]):
-                step = (after[2] - before[2]) % 65536
-                if step != 1:
-                    sequence_breaks += 1
-                elif (after[3] - before[3]) % 2**32 < 960:
-                    timestamp_breaks += 1
-            audio = [p for p in packets if not p[5]]
-            gaps = [1000 * (b[0] - a[0]) for a, b in zip(audio, audio[1:])]
-            frames = self.pcm.get(ssrc, [])
-            streams[str(ssrc)] = {
-                "packets": len(packets),
-                "silence_frames": sum(1 for p in packets if p[5]),
-                "sequence_breaks": sequence_breaks,
-                "timestamp_breaks": timestamp_breaks,
-                "timestamp_steps": sorted({(b[3] - a[3]) % 2**32 for a, b in zip(packets, packets[1:])})[:20],
-                "counters_in_order": all(b[4] == a[4] + 1 for a, b in zip(packets, packets[1:])),
-                "gap_ms_p99": float(numpy.percentile(gaps, 99)) if gaps else None,
-                "gap_ms_max": max(gaps) if gaps else None,
-                "dominant_hz": dominant(frames[-100:]),
-                "first_at": packets[0][0],
-                "last_at": packets[-1][0],
+        with self.lock:
+            streams = {}
+            deviations = []
+            for ssrc, packets in self.packets.items():
+                sequence_breaks = timestamp_breaks = 0
+                for before, after in zip(packets, packets[1:]):
+                    step = (after[1] - before[1]) % 65536
+                    if step != 1:
+                        sequence_breaks += 1
+                    elif (after[2] - before[2]) % 2**32 < 960:
+                        timestamp_breaks += 1
+                audio = [p for p in packets if not p[4]]
+                gaps = [1000 * (b[0] - a[0]) for a, b in zip(audio, audio[1:])]
+                deviations.extend(abs(gap - 20) for gap in gaps)
+                frames = self.pcm.get(ssrc, [])
+                streams[str(ssrc)] = {
+                    "packets": len(packets),
+                    "silence_frames": sum(1 for p in packets if p[4]),
+                    "sequence_breaks": sequence_breaks,
+                    "timestamp_breaks": timestamp_breaks,
+                    "timestamp_steps": sorted({(b[2] - a[2]) % 2**32 for a, b in zip(packets, packets[1:])})[:20],
+                    "counters_in_order": all(b[3] == a[3] + 1 for a, b in zip(packets, packets[1:])),
+                    "gap_ms_p99": float(numpy.percentile(gaps, 99)) if gaps else None,
+                    "gap_ms_max": max(gaps) if gaps else None,
+                    "dominant_hz": dominant(frames[-100:]),
+                    "first_at": packets[0][0],
+                    "last_at": packets[-1][0],
+                }
+            return {
+                "now": time.time(),
+                "streams": streams,
+                # |interval − 20 ms| between consecutive audio packets of every stream, at the
+                # kernel's arrival times; a packet more than 20 ms late counts as late.
+                "intervals": {
+                    "count": len(deviations),
+                    "p50_ms": float(numpy.percentile(deviations, 50)) if deviations else None,
+                    "p99_ms": float(numpy.percentile(deviations, 99)) if deviations else None,
+                    "max_ms": max(deviations) if deviations else None,
+                    "late": sum(1 for d in deviations if d > 20),
+                },
+                "unopened": self.unopened,
+                "sessions": {k: {"ssrc": s.ssrc, "mode": s.mode} for k, s in self.sessions.items()},
+                "events": self.events,
+                "open_sockets": len(self.sockets),
             }
-        return {
-            "now": time.monotonic(),
-            "streams": streams,
-            "unopened": self.unopened,
-            "sessions": {k: {"ssrc": s.ssrc, "mode": s.mode} for k, s in self.sessions.items()},
-            "events": self.events,
-            "open_sockets": len(self.sockets),
-        }
 
 
 def dominant(frames):
@@ -198,18 +220,25 @@ def dominant(frames):
 judge = Judge()
 
 
-class Discovery(asyncio.DatagramProtocol):
-    def connection_made(self, transport):
-        self.transport = transport
-
-    def datagram_received(self, data, address):
+def receive(sock):
+    """The UDP socket's reader, on a thread of its own so that the arrival times are the
+    kernel's (SO_TIMESTAMPNS) whatever the event loop is doing: IP discovery is answered, every
+    other datagram judged."""
+    while True:
+        data, ancillary, _, address = sock.recvmsg(2048, socket.CMSG_SPACE(16))
+        arrival = time.time()
+        for level, kind, value in ancillary:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= 16:
+                seconds, nanoseconds = struct.unpack("qq", value[:16])
+                arrival = seconds + nanoseconds / 1e9
         if len(data) == 74 and data[:4] == b"\x00\x01\x00\x46":
             ssrc = struct.unpack(">I", data[4:8])[0]
             ip = address[0].encode().ljust(64, b"\x00")
-            self.transport.sendto(b"\x00\x02\x00\x46" + struct.pack(">I", ssrc) + ip + struct.pack(">H", address[1]), address)
-            judge.note("discovery", ssrc=ssrc)
+            sock.sendto(b"\x00\x02\x00\x46" + struct.pack(">I", ssrc) + ip + struct.pack(">H", address[1]), address)
+            with judge.lock:
+                judge.note("discovery", ssrc=ssrc)
         else:
-            judge.heard(data, address)
+            judge.heard(data, arrival)
 
 
 async def voice_socket(request):
@@ -242,8 +271,9 @@ async def voice_socket(request):
                     break
                 session = Session(data)
                 session.socket = socket
-                judge.sessions[data["session_id"]] = session
-                judge.by_ssrc[session.ssrc] = session
+                with judge.lock:
+                    judge.sessions[data["session_id"]] = session
+                    judge.by_ssrc[session.ssrc] = session
                 await send(2, {"ssrc": session.ssrc, "ip": "127.0.0.1", "port": udp_port, "modes": args.modes.split(","),
                                "heartbeat_interval": 1})
             elif op == 1:
@@ -252,7 +282,10 @@ async def voice_socket(request):
                 if session is None or mode not in args.modes.split(","):
                     await socket.close(code=4016, message=b"Unknown encryption mode")
                     break
-                session.mode, session.key = mode, secrets.token_bytes(32)
+                key = secrets.token_bytes(32)
+                # The UDP thread reads the key last: everything it needs is set before it.
+                session.mode, session.aes = mode, AESGCM(key)
+                session.key = key
                 await send(4, {"mode": mode, "secret_key": list(session.key), "dave_protocol_version": 0})
             elif op == 3:
                 judge.note("heartbeat", seq_ack=data.get("seq_ack"))
@@ -285,7 +318,8 @@ async def close(request):
     for socket in list(judge.sockets):
         await socket.close(code=code, message=b"closed by the test")
     if code == 4006:
-        judge.sessions.clear()
+        with judge.lock:
+            judge.sessions.clear()
     judge.note("forced_close", code=code)
     return web.json_response({"closed": code})
 
@@ -300,9 +334,12 @@ async def main():
     paths = certificates(args.authority or tempfile.mkdtemp(prefix="tonearm-voice-ca-"))
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(paths["cert.pem"], paths["key.pem"])
-    loop = asyncio.get_running_loop()
-    transport, _ = await loop.create_datagram_endpoint(Discovery, local_addr=("127.0.0.1", 0))
-    udp_port = transport.get_extra_info("sockname")[1]
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    udp.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    udp.bind(("127.0.0.1", 0))
+    udp_port = udp.getsockname()[1]
+    threading.Thread(target=receive, args=(udp,), daemon=True).start()
     voice = web.Application()
     voice.router.add_get("/", voice_socket)
     voice_runner = web.AppRunner(voice)
