@@ -70,7 +70,7 @@ extension VoiceConnection {
             let handler = DiscoveryHandler { [weak self] packet in
                 _ = self?.discoveryReplies.withLock { $0?.yield(packet) }
             }
-            channel = try await DatagramBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            channel = try await DatagramBootstrap(group: eventLoop)
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
                         try channel.pipeline.syncOperations.addHandler(handler)

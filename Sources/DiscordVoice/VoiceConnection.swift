@@ -2,10 +2,10 @@
 // `VoiceGatewayMachine`'s actions on a real WebSocket (wss://<endpoint>/?v=8) and a real UDP
 // socket, and sends the session's Opus frames as `VoiceSender` seals them.
 //
-// Threads of work, all inside `run()`: the socket's messages, read one after the other and fed
-// to the machine; a heartbeat task per socket; a 20 ms ticker for the silence frames. Audio
-// arrives through `send(opus:)` from whoever holds the session's frames (the Router) and goes
-// straight to UDP on the caller's thread: the frames are already paced by the engine.
+// Inside `run()`: the socket's messages, read one after the other and fed to the machine, and a
+// heartbeat task per socket. Audio arrives through `send(opus:)` from whoever holds the session's
+// frames (the Router, on `eventLoop`) and goes straight to UDP: the frames are already paced by
+// the engine. The owner calls `tick(now:)` every 20 ms for the silence frames.
 //
 // DAVE is not spoken yet: Identify offers `max_dave_protocol_version` 0, and a server that
 // requires DAVE closes with 4017, which ends the connection (reported, not retried).
@@ -54,10 +54,15 @@ public final class VoiceConnection: Sendable {
     }
 
     /// `tls` checks the voice server's certificate (the system's roots unless a test gives its own).
+    /// The loop of the UDP socket: frames handed over on it are written without a hop.
+    public let eventLoop: any EventLoop
+
     public init(
-        credentials: VoiceCredentials, tls: TLSConfiguration = .makeClientConfiguration(), logger: Logger,
+        credentials: VoiceCredentials, tls: TLSConfiguration = .makeClientConfiguration(),
+        eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.next(), logger: Logger,
         report: @escaping @Sendable (VoiceConnectionState) -> Void
     ) {
+        self.eventLoop = eventLoop
         self.credentials = credentials
         self.tls = tls
         self.logger = logger
@@ -72,6 +77,10 @@ public final class VoiceConnection: Sendable {
     public var packetsSent: UInt64 { media.withLock { $0.sender?.packetsSent ?? 0 } }
 
     /// One 20 ms Opus frame of the session: sent at once while connected, dropped otherwise.
+    public func send(opus frame: ByteBuffer) {
+        send(opus: Array(frame.readableBytesView))
+    }
+
     public func send(opus: [UInt8]) {
         let now = ContinuousClock.now
         let (output, ssrc, channel, remote) = media.withLock { media -> (VoiceSender.Output, UInt32, (any Channel)?, SocketAddress?) in
@@ -85,16 +94,11 @@ public final class VoiceConnection: Sendable {
     }
 
     /// Runs the connection until Discord ends it, it gives up, or the task is cancelled (then it
-    /// closes the socket with 1000: the bot left the channel or the session ended).
+    /// closes the socket with 1000: the bot left the channel or the session ended). The owner
+    /// calls `tick(now:)` every 20 ms meanwhile (one clock for all of a Router's connections).
     public func run() async {
         report(.connecting)
-        let final: VoiceConnectionState = await withTaskGroup(of: VoiceConnectionState?.self) { group in
-            group.addTask { await self.tick(); return nil }
-            group.addTask { await self.connectUntilDone() }
-            let state = await group.next() ?? nil
-            group.cancelAll()
-            return state ?? .disconnected(code: nil, reason: "the voice connection was closed")
-        }
+        let final = await connectUntilDone() ?? .disconnected(code: nil, reason: "the voice connection was closed")
         let channel = media.withLock { media -> (any Channel)? in
             defer { media = Media() }
             return media.channel
@@ -103,19 +107,16 @@ public final class VoiceConnection: Sendable {
         report(final)
     }
 
-    private func tick() async {
-        while !Task.isCancelled {
-            try? await Task.sleep(for: VoiceSender.frameDuration)
-            let now = ContinuousClock.now
-            let (output, ssrc, channel, remote) = media.withLock { media -> (VoiceSender.Output, UInt32, (any Channel)?, SocketAddress?) in
-                guard var sender = media.sender else { return (.init(), 0, nil, nil) }
-                media.sender = nil
-                let output = sender.tick(now: now)
-                media.sender = sender
-                return (output, sender.session.ssrc, media.channel, media.remote)
-            }
-            carryOut(output, ssrc: ssrc, channel: channel, remote: remote)
+    /// The silence frames once the audio has stopped: called every 20 ms by the owner.
+    public func tick(now: ContinuousClock.Instant = .now) {
+        let (output, ssrc, channel, remote) = media.withLock { media -> (VoiceSender.Output, UInt32, (any Channel)?, SocketAddress?) in
+            guard var sender = media.sender, sender.speaking else { return (.init(), 0, nil, nil) }
+            media.sender = nil  // not copied on write below
+            let output = sender.tick(now: now)
+            media.sender = sender
+            return (output, sender.session.ssrc, media.channel, media.remote)
         }
+        carryOut(output, ssrc: ssrc, channel: channel, remote: remote)
     }
 
     private func carryOut(_ output: VoiceSender.Output, ssrc: UInt32, channel: (any Channel)?, remote: SocketAddress?) {

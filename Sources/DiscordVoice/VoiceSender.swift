@@ -15,7 +15,7 @@ public struct VoiceSender: Sendable {
     /// Audio counts as stopped after this long without a frame: longer than the Router's usual
     /// jitter in handing frames on, so a late frame is not mistaken for the end.
     public static let quietAfter: Duration = .milliseconds(100)
-    static let frameDuration: Duration = .milliseconds(20)
+    public static let frameDuration: Duration = .milliseconds(20)
 
     public let session: VoiceSession
     private var stream: RTPStream

@@ -118,8 +118,8 @@ package enum RouterService {
                         service: TrustedProxyRefresh(proxies: configuration.trustedProxies, logger: logger),
                         successTerminationBehavior: .ignore),
                     .init(service: app),
-                    // Closes the voice connections (1000) when the Router stops.
-                    .init(service: VoiceShutdown(voice: voice)),
+                    // Ticks the voice connections; closes them (1000) when the Router stops.
+                    .init(service: VoiceService(voice: voice)),
                 ] + (relay.map { [.init(service: ClusterHandOver(member: $0.member, relayed: $0.clients))] } ?? []) + [
                     // Told of the shutdown first: its clock then runs while the rest stop.
                     .init(service: ShutdownDeadline(limit: .milliseconds(2_500), writer: writer, logger: logger)),

@@ -1,7 +1,9 @@
 // The Discord voice connections this Router makes for its sessions (the `voice` command on
-// `/bot`): at most one per session, each fed the session's frames by a subscription of kind
-// `voice`, so it keeps the session alive as any client does and hears exactly what the session's
-// other clients hear. Its state goes to the session's clients as `voice_state` events.
+// `/bot`): at most one per session, each fed the session's frames by a sink of kind `voice` on
+// its UDP socket's event loop (`VoiceSink`), so it keeps the session alive as any client does,
+// hears exactly what the session's other clients hear, and sends each frame on the loop the
+// store hands it over on. One 20 ms clock ticks every connection (the silence frames). Its state
+// goes to the session's clients as `voice_state` events.
 //
 // A connection lives until `voice_leave`, a newer `voice` for the same session (Discord moved the
 // call: new credentials), Discord ending it (a close code it gives up on), or the Router
@@ -39,6 +41,15 @@ final class VoiceConnections: Sendable {
         self.logger = logger
     }
 
+    /// Ticks every connection every 20 ms, until the Router stops: one wake-up for all of them.
+    func tick() async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: VoiceSender.frameDuration)
+            let now = ContinuousClock.now
+            for connection in running.withLock({ $0.values.map(\.connection) }) { connection.tick(now: now) }
+        }
+    }
+
     /// Connects `id`'s audio to the voice server `credentials` name, ending the connection it had.
     func connect(_ id: SessionID, credentials: VoiceCredentials) {
         let generation = generations.add(1, ordering: .relaxed).newValue
@@ -46,18 +57,9 @@ final class VoiceConnections: Sendable {
             self?.changed(id, generation: generation, to: state)
         }
         let task = Task { [store] in
-            let subscription = store.subscribe(id, kind: .voice)
-            await withTaskGroup(of: Void.self) { group in
-                group.addTask {
-                    for await message in subscription.messages {
-                        if case .audio(let frame) = message { connection.send(opus: Array(frame.readableBytesView)) }
-                    }
-                }
-                group.addTask { await connection.run() }
-                await group.next()
-                group.cancelAll()
-            }
-            store.unsubscribe(id, token: subscription.token)
+            let token = store.subscribe(id, kind: .voice, sink: VoiceSink(connection: connection))
+            await connection.run()
+            store.unsubscribe(id, token: token)
         }
         let replaced = running.withLock { running in
             defer { running[id] = Entry(generation: generation, connection: connection, task: task, state: .connecting) }
@@ -105,12 +107,32 @@ final class VoiceConnections: Sendable {
     }
 }
 
-/// Closes every voice connection when the Router is asked to stop.
-struct VoiceShutdown: Service {
+/// A connection's end of the session's fan-out: each frame goes to UDP on the store's
+/// delivery, on the connection's own loop; events are not its business.
+final class VoiceSink: ClientSink {
+    let connection: VoiceConnection
+    var eventLoop: any EventLoop { connection.eventLoop }
+
+    init(connection: VoiceConnection) { self.connection = connection }
+
+    func encode(_ message: ClientMessage) -> ByteBuffer {
+        if case .audio(let frame) = message { return frame }
+        return ByteBuffer()
+    }
+
+    func deliver(_ bytes: ByteBuffer, audio: Bool) {
+        if audio { connection.send(opus: bytes) }
+    }
+}
+
+/// Ticks the voice connections while the Router runs, and closes them when it is asked to stop.
+struct VoiceService: Service {
     let voice: VoiceConnections
 
     func run() async throws {
+        let clock = Task { await voice.tick() }
         try? await gracefulShutdown()
+        clock.cancel()
         await voice.stopAll()
     }
 }
