@@ -84,11 +84,11 @@ public final class VoiceConnection: Sendable {
     public func send(opus: [UInt8]) {
         let now = ContinuousClock.now
         let (output, ssrc, channel, remote) = media.withLock { media -> (VoiceSender.Output, UInt32, (any Channel)?, SocketAddress?) in
-            guard var sender = media.sender else { return (.init(), 0, nil, nil) }
-            media.sender = nil  // not copied on write below
-            let output = sender.frame(opus, now: now)
-            media.sender = sender
-            return (output, sender.session.ssrc, media.channel, media.remote)
+            // Optional chaining mutates the sender in place (a copy costs its arrays' retains).
+            guard let output = media.sender?.frame(opus, now: now), let ssrc = media.sender?.session.ssrc else {
+                return (.init(), 0, nil, nil)
+            }
+            return (output, ssrc, media.channel, media.remote)
         }
         carryOut(output, ssrc: ssrc, channel: channel, remote: remote)
     }
@@ -110,12 +110,12 @@ public final class VoiceConnection: Sendable {
     /// The silence frames once the audio has stopped: called every 20 ms by the owner.
     public func tick(now: ContinuousClock.Instant = .now) {
         let (output, ssrc, channel, remote) = media.withLock { media -> (VoiceSender.Output, UInt32, (any Channel)?, SocketAddress?) in
-            guard var sender = media.sender, sender.speaking else { return (.init(), 0, nil, nil) }
-            media.sender = nil  // not copied on write below
-            let output = sender.tick(now: now)
-            media.sender = sender
-            return (output, sender.session.ssrc, media.channel, media.remote)
+            guard media.sender?.speaking == true, let output = media.sender?.tick(now: now), !output.packets.isEmpty,
+                let ssrc = media.sender?.session.ssrc
+            else { return (.init(), 0, nil, nil) }
+            return (output, ssrc, media.channel, media.remote)
         }
+        guard !output.packets.isEmpty else { return }
         carryOut(output, ssrc: ssrc, channel: channel, remote: remote)
     }
 
