@@ -53,10 +53,10 @@ public final class VoiceConnection: Sendable {
         case stop(VoiceConnectionState)
     }
 
-    /// `tls` checks the voice server's certificate (the system's roots unless a test gives its own).
     /// The loop of the UDP socket: frames handed over on it are written without a hop.
     public let eventLoop: any EventLoop
 
+    /// `tls` checks the voice server's certificate (the system's roots unless a test gives its own).
     public init(
         credentials: VoiceCredentials, tls: TLSConfiguration = .makeClientConfiguration(),
         eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.next(), logger: Logger,
@@ -93,8 +93,8 @@ public final class VoiceConnection: Sendable {
         carryOut(output, ssrc: ssrc, channel: channel, remote: remote)
     }
 
-    /// Runs the connection until Discord ends it, it gives up, or the task is cancelled (then it
-    /// closes the socket with 1000: the bot left the channel or the session ended). The owner
+    /// Runs the connection until Discord ends it, it gives up, or the task is cancelled (the bot
+    /// left the channel, new credentials replaced these, the Router stops). The owner
     /// calls `tick(now:)` every 20 ms meanwhile (one clock for all of a Router's connections).
     public func run() async {
         report(.connecting)
