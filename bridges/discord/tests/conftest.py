@@ -10,6 +10,7 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -27,7 +28,7 @@ def free_port() -> int:
 class Cluster:
     """An engine and a Router; the Router can be killed and started again on the same port."""
 
-    def __init__(self, work: Path) -> None:
+    def __init__(self, work: Path, environment: Optional[dict[str, str]] = None) -> None:
         bin_dir = os.environ.get("TONEARM_BIN_DIR") or subprocess.check_output(
             ["swift", "build", "-c", "release", "--show-bin-path"], cwd=REPO, text=True
         ).strip()
@@ -54,6 +55,7 @@ class Cluster:
             "TONEARM_BOT_TOKEN": self.token,
             # Search without YouTube: answers ytsearch with made-up entries.
             "TONEARM_YTDLP": str(REPO / "Tests/Fixtures/fake-yt-dlp"),
+            **(environment or {}),
         }
         self.url = f"http://127.0.0.1:{self.port}"
         self.engine = self._spawn("AudioEngine")

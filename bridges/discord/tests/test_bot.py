@@ -11,8 +11,12 @@ def test_missing_settings_are_named():
         Config.from_environment({})
     with pytest.raises(ConfigError, match="not a number"):
         Config.from_environment({"DISCORD_TOKEN": "a", "TONEARM_BOT_TOKEN": "b", "TONEARM_IDLE_LEAVE_SECONDS": "soon"})
+    with pytest.raises(ConfigError, match="TONEARM_VOICE is 'discord' or 'tonearm'"):
+        Config.from_environment({"DISCORD_TOKEN": "a", "TONEARM_BOT_TOKEN": "b", "TONEARM_VOICE": "lavalink"})
     config = Config.from_environment({"DISCORD_TOKEN": "a", "TONEARM_BOT_TOKEN": "b"})
     assert config.router_url == "http://127.0.0.1:8080" and config.idle_leave_seconds == 300
+    assert config.voice == "discord"
+    assert Config.from_environment({"DISCORD_TOKEN": "a", "TONEARM_BOT_TOKEN": "b", "TONEARM_VOICE": "tonearm"}).voice == "tonearm"
 
 
 def test_every_slash_command_is_registered_with_its_options():

@@ -4,7 +4,9 @@ Joining: ``/play`` by someone in a voice channel connects there (self-deafened),
 DAVE reports the call's privacy code (audio sent earlier goes out unencrypted and listeners may
 drop it), and starts the guild's ``GuildPlayer``. Leaving: ``/leave``, or a channel with nobody
 else in it for ``TONEARM_IDLE_LEAVE_SECONDS``. discord.py reconnects dropped voice connections
-itself (``reconnect=True``); the player keeps its source across them.
+itself (``reconnect=True``); the player keeps its source across them. With
+``TONEARM_VOICE=tonearm`` Tonearm sends the audio itself and the bot only forwards its voice
+events (``tonearm_voice.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from .commands import EFFECT_PRESETS, EQUALIZER_PRESETS, Commands
 from .config import Config
 from .guild_player import GuildPlayer
 from .router_link import TonearmError, Unauthorized
+from .tonearm_voice import TonearmVoice
 from .waits import ExternalWait, direct
 
 log = logging.getLogger("tonearm.bot")
@@ -39,6 +42,8 @@ class TonearmBot(discord.Client):
         intents.voice_states = True
         super().__init__(intents=intents)
         self.config = config
+        if config.voice == "tonearm":
+            self.voice_client_class = TonearmVoice
         self.tree = app_commands.CommandTree(self)
         self.players: dict[int, GuildPlayer] = {}
         self.http_session: Optional[aiohttp.ClientSession] = None
@@ -91,6 +96,9 @@ class TonearmBot(discord.Client):
             except asyncio.TimeoutError:
                 raise TonearmError("not_connected", "Tonearm is not reachable right now; try again in a moment")
         await player.attach(voice)
+        if isinstance(voice, TonearmVoice):
+            # Tonearm sends the audio: it gets the credentials that came while joining.
+            await voice.attach(player.link)
         if self._idle_watch is None or self._idle_watch.done():
             self._idle_watch = asyncio.get_running_loop().create_task(self._leave_empty_channels())
         log.info("guild %s: joined voice channel %s", guild.id, channel.id)

@@ -23,6 +23,10 @@ class Config:
     #: guild plays, before it gives up on a connection that died without closing (None: never).
     router_ping_seconds: Optional[float] = 5.0
     router_silence_seconds: Optional[float] = 2.0
+    #: Who sends the audio to Discord: "discord" (discord.py's voice client, with DAVE) or
+    #: "tonearm" (Tonearm's own voice connection; the bot forwards its voice events). Discord
+    #: refuses the second today: Tonearm does not speak DAVE yet (docs/discord.md).
+    voice: str = "discord"
 
     @staticmethod
     def from_environment(environment: Mapping[str, str] = os.environ) -> "Config":
@@ -36,6 +40,9 @@ class Config:
             raise ConfigError(f"a setting is not a number: {error}") from None
         if idle <= 0 or not 0 < port < 65536:
             raise ConfigError("TONEARM_IDLE_LEAVE_SECONDS must be positive and the health port 1–65535")
+        voice = environment.get("TONEARM_VOICE", "discord")
+        if voice not in ("discord", "tonearm"):
+            raise ConfigError(f"TONEARM_VOICE is 'discord' or 'tonearm', not {voice!r}")
         return Config(
             discord_token=environment["DISCORD_TOKEN"],
             bot_token=environment["TONEARM_BOT_TOKEN"],
@@ -43,4 +50,5 @@ class Config:
             idle_leave_seconds=idle,
             health_port=port,
             playground_url=environment.get("TONEARM_PUBLIC_URL") or None,
+            voice=voice,
         )
