@@ -100,6 +100,14 @@ extension SessionListener {
         #expect(stream["counters_in_order"] as? Bool == true)
         #expect(try await voice.report()["unopened"] as? Int == 0)
         #expect(try await voice.events("speaking").first?["speaking"] as? Int == 1, "Speaking before the audio")
+        // The same credentials again (a bot sends them on each connection to the Router): the
+        // connection is kept, not made again.
+        try await bot.send(bot.voiceCommand(id: 1, endpoint: voice.endpoint))
+        #expect(await eventually {
+            bot.texts().filter { $0["type"] as? String == "reply" && $0["id"] as? Int == 1 && $0["ok"] as? Bool == true }.count == 2
+        })
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(try await voice.events("identify").count == 1, "the same credentials made a second connection")
         let heartbeats = try await voice.events("heartbeat")
         #expect(heartbeats.count >= 3 && (heartbeats.last?["seq_ack"] as? Int ?? -1) >= 1, "\(heartbeats)")
         #expect((stream["gap_ms_p99"] as? Double ?? 1_000) < 60, "packet intervals at the stand-in: \(stream)")

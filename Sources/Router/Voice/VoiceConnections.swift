@@ -50,8 +50,11 @@ final class VoiceConnections: Sendable {
         }
     }
 
-    /// Connects `id`'s audio to the voice server `credentials` name, ending the connection it had.
+    /// Connects `id`'s audio to the voice server `credentials` name, ending the connection it had;
+    /// the same credentials again keep the connection as it is (a bot sends them on every
+    /// connection to the Router, which is how a guild that moved pairs gets its voice back).
     func connect(_ id: SessionID, credentials: VoiceCredentials) {
+        guard running.withLock({ $0[id]?.connection.credentials }) != credentials else { return }
         let generation = generations.add(1, ordering: .relaxed).newValue
         let connection = VoiceConnection(credentials: credentials, tls: tls, logger: logger) { [weak self] state in
             self?.changed(id, generation: generation, to: state)

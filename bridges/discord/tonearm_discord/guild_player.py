@@ -39,6 +39,7 @@ class GuildPlayer:
         self.link = GuildLink(router_url, token, guild_id, self.buffer, self.on_event, **link_options)
         self.voice: Optional[VoicePlayback] = None
         self._drain: Optional[asyncio.Task[None]] = None
+        self._connection_seen = 0
 
     async def attach(self, voice: VoicePlayback) -> None:
         """Starts playing into `voice` (paused until the session plays)."""
@@ -65,6 +66,12 @@ class GuildPlayer:
             self._speak(True)
         elif kind == "state":
             # The first message of every connection: follow it, whatever was missed meanwhile.
+            if self.link.connections != self._connection_seen:
+                self._connection_seen = self.link.connections
+                relink = getattr(self.voice, "relink", None)  # Tonearm sends the voice (TonearmVoice)
+                if relink is not None:
+                    # Not awaited here: its command's reply comes through this same link.
+                    asyncio.get_running_loop().create_task(relink())
             status = event.get("status")
             if status == "playing":
                 self._speak(True)

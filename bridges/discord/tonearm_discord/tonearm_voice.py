@@ -42,6 +42,13 @@ class TonearmVoice(discord.VoiceProtocol):
         self.link = link
         await self._forward()
 
+    async def relink(self) -> None:
+        """The guild's link connected again: the credentials go again. The Router keeps a
+        connection whose credentials did not change, and makes one where there is none (the
+        Router restarted, or the guild moved to another pair of a cluster)."""
+        self.forwarded = None
+        await self._forward()
+
     async def on_voice_state_update(self, data: Any) -> None:
         if data.get("channel_id") is None:
             log.info("guild %s: left the voice channel", self.guild.id)
