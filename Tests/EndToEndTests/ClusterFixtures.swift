@@ -33,9 +33,16 @@ final class BalancedListener: Sendable {
     private let lastHeard = Mutex(ContinuousClock.now)
     private let abandons = Atomic<Int>(0)
 
+    /// Sent on every connection, as its first message (a bot's `voice` credentials).
+    private let greeting: String?
+
     /// `addresses`: the Routers (host:port) the balancer sends to now.
-    init(session: String, addresses: @escaping @Sendable () -> [String], start: Int, patience: Patience? = nil) {
+    init(
+        session: String, addresses: @escaping @Sendable () -> [String], start: Int, patience: Patience? = nil,
+        greeting: String? = nil
+    ) {
         self.session = session
+        self.greeting = greeting
         let handle = Task { [self] in
             var turn = start
             var generation = 0
@@ -64,9 +71,10 @@ final class BalancedListener: Sendable {
     private func connect(_ address: String, generation: Int, closeTimeout: Duration = .seconds(15)) async -> Int? {
         let url = "ws://\(address)/bot?guild=\(session)&token=\(TonearmCluster.botToken)"
         let configuration = WebSocketClientConfiguration(maxFrameSize: 1 << 16, closeTimeout: closeTimeout)
-        let close = try? await WebSocketClient.connect(url: url, configuration: configuration, logger: Logger(label: "bot")) { inbound, _, _ in
+        let close = try? await WebSocketClient.connect(url: url, configuration: configuration, logger: Logger(label: "bot")) { inbound, outbound, _ in
             guard self.current.load(ordering: .relaxed) == generation else { return }
             self.connections.add(1, ordering: .relaxed)
+            if let greeting = self.greeting { try await outbound.write(.text(greeting)) }
             self.lastHeard.withLock { $0 = .now }
             for try await message in inbound.messages(maxSize: 1 << 16) {
                 guard self.current.load(ordering: .relaxed) == generation else { return }
@@ -166,7 +174,7 @@ final class PairCluster: @unchecked Sendable {
     init(
         count: Int = 3, lease: Double = 3, tones: [Int] = [440, 550, 660, 770, 880, 990], toneSeconds: Double = 120,
         noise: [Int] = [], noiseSeconds: Int = 120, noiseChannels: Int = 2, namespace: NetworkNamespace? = nil,
-        network: BridgedNetwork? = nil
+        network: BridgedNetwork? = nil, environment: [String: String] = [:]
     ) throws {
         self.namespace = namespace
         self.network = network
@@ -183,7 +191,7 @@ final class PairCluster: @unchecked Sendable {
                     "TONEARM_DATABASE_URL": database, "TONEARM_PAIR_ID": "pair-\(index)",
                     "TONEARM_PAIR_ADDRESS": "http://\(host):\(routerPort)", "TONEARM_CLUSTER_LEASE": "\(lease)",
                     "TONEARM_NORMALIZE": "false", "TONEARM_HANDOVER_GRACE": "5",
-                ], routerPort: routerPort, host: host)
+                ].merging(environment) { _, extra in extra }, routerPort: routerPort, host: host)
             if let launcher = network?.hosts[index].launcher ?? (index == 0 ? namespace?.launcher : nil) {
                 pair.routerLauncher = launcher
                 pair.engineLauncher = launcher

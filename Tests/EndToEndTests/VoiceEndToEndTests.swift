@@ -148,7 +148,9 @@ extension SessionListener {
         // 4015: the voice server crashed; the connection resumes the same session (op 7 → op 9).
         let ssrc = try #require(try await voice.streams().keys.first)
         try await voice.close(code: 4015)
-        #expect(await eventually(timeout: .seconds(5)) { ((try? await voice.events("resume")) ?? []).count == 1 })
+        let resumed = await eventually(timeout: .seconds(5)) { ((try? await voice.events("resume")) ?? []).count == 1 }
+        let seen = ((try? await voice.report()["events"] as? [[String: Any]]) ?? []).filter { $0["kind"] as? String != "heartbeat" }
+        #expect(resumed, "\(seen)")
         let before = try await voice.streams()[ssrc]?["packets"] as? Int ?? 0
         #expect(await eventually(timeout: .seconds(5)) { ((try? await voice.streams()[ssrc]?["packets"] as? Int) ?? 0) > before + 50 })
         #expect(try await voice.streams().count == 1, "a resume keeps the SSRC")
@@ -227,5 +229,68 @@ extension SessionListener {
         bot.close()
         browser.close()
         bystander.close()
+    }
+}
+
+/// The voice connection in a cluster: a guild's bot that sends its credentials on every
+/// connection (as the reference bot does) keeps its voice when the guild's pair is stopped. The
+/// stand-in sees the old pair's connection end, then the new owner's begin, never both at once.
+@Suite(.serialized) struct ClusterVoiceEndToEndTests {
+    /// Two pairs, the guild on pair 0 with its voice heard at the stand-in through a bot that sends
+    /// its credentials on every connection; the first voice stream's SSRC.
+    static func guildWithVoice(_ guild: String, voice: StandInVoiceServer, patience: BalancedListener.Patience?) async throws
+        -> (PairCluster, BalancedListener, String)
+    {
+        let cluster = try PairCluster(count: 2, environment: ["TONEARM_VOICE_CA_FILE": voice.authority])
+        try await cluster.start(only: [0])
+        #expect(try await cluster.pairs[0].play(guild, "tone-440.mp3").status == 202)
+        try await cluster.start(only: [1])
+        let credentials = #"{"op":"voice","id":1,"user_id":"1000","session_id":"s-1","channel_id":"2000","token":"voice-token","endpoint":"\#(voice.endpoint)"}"#
+        let bot = BalancedListener(
+            session: guild, addresses: { [cluster] in cluster.liveAddresses }, start: 0, patience: patience, greeting: credentials)
+        #expect(await eventually(timeout: .seconds(10)) { ((try? await voice.streams().values.first?["packets"] as? Int) ?? 0) >= 100 })
+        return (cluster, bot, try #require(try await voice.streams().keys.first))
+    }
+
+    /// Once the voice is heard again on another SSRC: the silence between the first stream's last
+    /// packet and the second's first, at the stand-in (negative: both at once).
+    static func silenceAcrossTheMove(_ voice: StandInVoiceServer, first: String, within: Duration) async throws -> Double {
+        #expect(await eventually(timeout: within) {
+            ((try? await voice.streams().filter { $0.key != first }.values.first?["packets"] as? Int) ?? 0) >= 100
+        }, "the guild's voice did not come back on the new owner")
+        let streams = try await voice.streams()
+        let before = try #require(streams[first])
+        let after = try #require(streams.filter { $0.key != first }.values.first)
+        #expect(abs((after["dominant_hz"] as? Double ?? 0) - 440) < 10)
+        return (after["first_at"] as? Double ?? 0) - (before["last_at"] as? Double ?? 0)
+    }
+
+    @Test(.enabled(if: ClusterEndToEndTests.postgresInstalled)) func aStoppedPairsGuildKeepsItsVoiceOnTheNewOwner() async throws {
+        let voice = try StandInVoiceServer()
+        defer { voice.stop() }
+        let (cluster, bot, first) = try await Self.guildWithVoice("voice-moves", voice: voice, patience: nil)
+        defer { bot.close(); Task { [cluster] in await cluster.stop() } }
+        await cluster.terminate(0)
+        let silence = try await Self.silenceAcrossTheMove(voice, first: first, within: .seconds(15))
+        print("cluster voice: silence at the stand-in across the hand-over \(Int(silence * 1000)) ms, codes \(bot.codes)")
+        #expect(silence > 0, "two pairs sent the guild's voice at once (\(silence) s)")
+        #expect(silence < 1, "the voice was silent \(silence) s across the hand-over")
+        #expect(try await voice.events("identify").count == 2)
+        await cluster.stop()
+    }
+
+    /// A killed pair: its voice stops with it; the guild plays again on the other pair once the
+    /// lease ends (3 s), and its voice comes back when the bot, reconnecting, sends its credentials
+    /// to the new owner.
+    @Test(.enabled(if: ClusterEndToEndTests.postgresInstalled)) func aKilledPairsGuildGetsItsVoiceBackOnTheNewOwner() async throws {
+        let voice = try StandInVoiceServer()
+        defer { voice.stop() }
+        let (cluster, bot, first) = try await Self.guildWithVoice("voice-killed", voice: voice, patience: .init())
+        defer { bot.close(); Task { [cluster] in await cluster.stop() } }
+        await cluster.kill(0)
+        let silence = try await Self.silenceAcrossTheMove(voice, first: first, within: .seconds(20))
+        print("cluster voice: silence at the stand-in across a kill \(Int(silence * 1000)) ms, codes \(bot.codes)")
+        #expect(silence > 0 && silence < 8, "the voice was silent \(silence) s across the kill")
+        await cluster.stop()
     }
 }

@@ -60,7 +60,8 @@ final class VoiceConnections: Sendable {
             self?.changed(id, generation: generation, to: state)
         }
         let task = Task { [store] in
-            let token = store.subscribe(id, kind: .voice, sink: VoiceSink(connection: connection))
+            let sink = VoiceSink(connection: connection) { [weak self] in self?.moved(id, generation: generation) }
+            let token = store.subscribe(id, kind: .voice, sink: sink)
             await connection.run()
             store.unsubscribe(id, token: token)
         }
@@ -77,6 +78,17 @@ final class VoiceConnections: Sendable {
         entry.task.cancel()
         store.broadcast(id, VoiceStateEvent(sessionID: id.description, .disconnected(code: nil, reason: "voice_leave")).json())
         return true
+    }
+
+    /// `id` moved to another pair of the cluster: its voice connection ends here at once, so that
+    /// Discord never hears the guild from two pairs; the new owner makes one when the bot, moved
+    /// too, sends its credentials there.
+    private func moved(_ id: SessionID, generation: UInt64) {
+        let entry = running.withLock { running -> Entry? in
+            guard running[id]?.generation == generation else { return nil }
+            return running.removeValue(forKey: id)
+        }
+        entry?.task.cancel()
     }
 
     /// The state of `id`'s voice connection, nil when it has none.
@@ -111,12 +123,19 @@ final class VoiceConnections: Sendable {
 }
 
 /// A connection's end of the session's fan-out: each frame goes to UDP on the store's
-/// delivery, on the connection's own loop; events are not its business.
+/// delivery, on the connection's own loop; events are not its business. When the session moves
+/// to another pair, the connection ends.
 final class VoiceSink: ClientSink {
     let connection: VoiceConnection
+    private let onMoved: @Sendable () -> Void
     var eventLoop: any EventLoop { connection.eventLoop }
 
-    init(connection: VoiceConnection) { self.connection = connection }
+    init(connection: VoiceConnection, onMoved: @escaping @Sendable () -> Void) {
+        self.connection = connection
+        self.onMoved = onMoved
+    }
+
+    func moved() { onMoved() }
 
     func encode(_ message: ClientMessage) -> ByteBuffer {
         if case .audio(let frame) = message { return frame }
