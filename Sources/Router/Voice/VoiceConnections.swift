@@ -6,8 +6,9 @@
 // goes to the session's clients as `voice_state` events.
 //
 // A connection lives until `voice_leave`, a newer `voice` for the same session (Discord moved the
-// call: new credentials), Discord ending it (a close code it gives up on), or the Router
-// stopping. It does not end with the bot's WebSocket: a bot that reconnects keeps its voice.
+// call: new credentials), Discord ending it (a close code it gives up on), the session moving to
+// another pair of a cluster, or the Router stopping. It does not end with the bot's WebSocket: a
+// bot that reconnects keeps its voice.
 import DiscordVoice
 import Logging
 import ServiceLifecycle
@@ -28,7 +29,6 @@ final class VoiceConnections: Sendable {
         let generation: UInt64
         let connection: VoiceConnection
         let task: Task<Void, Never>
-        var state: VoiceConnectionState
     }
 
     /// `trustRoots`: a PEM file of the certificate authorities voice servers are checked against
@@ -66,7 +66,7 @@ final class VoiceConnections: Sendable {
             store.unsubscribe(id, token: token)
         }
         let replaced = running.withLock { running in
-            defer { running[id] = Entry(generation: generation, connection: connection, task: task, state: .connecting) }
+            defer { running[id] = Entry(generation: generation, connection: connection, task: task) }
             return running[id]
         }
         replaced?.task.cancel()
@@ -91,11 +91,6 @@ final class VoiceConnections: Sendable {
         entry?.task.cancel()
     }
 
-    /// The state of `id`'s voice connection, nil when it has none.
-    func state(of id: SessionID) -> VoiceConnectionState? {
-        running.withLock { $0[id]?.state }
-    }
-
     /// Closes every connection (the Router is stopping) and waits for them to end.
     func stopAll() async {
         let entries = running.withLock { running in
@@ -109,11 +104,7 @@ final class VoiceConnections: Sendable {
     private func changed(_ id: SessionID, generation: UInt64, to state: VoiceConnectionState) {
         let current = running.withLock { running -> Bool in
             guard running[id]?.generation == generation else { return false }
-            if case .disconnected = state {
-                running[id] = nil
-            } else {
-                running[id]?.state = state
-            }
+            if case .disconnected = state { running[id] = nil }
             return true
         }
         // A replaced connection's last words are not news: its successor reports for the session.
