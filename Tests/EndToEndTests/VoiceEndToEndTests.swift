@@ -236,18 +236,23 @@ extension SessionListener {
 /// connection (as the reference bot does) keeps its voice when the guild's pair is stopped. The
 /// stand-in sees the old pair's connection end, then the new owner's begin, never both at once.
 @Suite(.serialized) struct ClusterVoiceEndToEndTests {
-    /// Two pairs, the guild on pair 0 with its voice heard at the stand-in through a bot that sends
-    /// its credentials on every connection; the first voice stream's SSRC.
-    static func guildWithVoice(_ guild: String, voice: StandInVoiceServer, patience: BalancedListener.Patience?) async throws
-        -> (PairCluster, BalancedListener, String)
-    {
-        let cluster = try PairCluster(count: 2, environment: ["TONEARM_VOICE_CA_FILE": voice.authority])
+    /// Two pairs (or `count`), the guild on pair 0 with its voice heard at the stand-in through a
+    /// bot at pair `botAt` that sends its credentials on every connection; `draining` pairs take no
+    /// session. The first voice stream's SSRC.
+    static func guildWithVoice(
+        _ guild: String, voice: StandInVoiceServer, patience: BalancedListener.Patience?, count: Int = 2, botAt: Int = 0,
+        draining: [Int] = []
+    ) async throws -> (PairCluster, BalancedListener, String) {
+        let cluster = try PairCluster(count: count, environment: ["TONEARM_VOICE_CA_FILE": voice.authority])
         try await cluster.start(only: [0])
         #expect(try await cluster.pairs[0].play(guild, "tone-440.mp3").status == 202)
-        try await cluster.start(only: [1])
+        try await cluster.start(only: Array(1..<count))
+        for index in draining {
+            #expect(try await cluster.pairs[index].post(cluster.pairs[index].routerURL + "/api/cluster/drain").status == 200)
+        }
         let credentials = #"{"op":"voice","id":1,"user_id":"1000","session_id":"s-1","channel_id":"2000","token":"voice-token","endpoint":"\#(voice.endpoint)"}"#
         let bot = BalancedListener(
-            session: guild, addresses: { [cluster] in cluster.liveAddresses }, start: 0, patience: patience, greeting: credentials)
+            session: guild, addresses: { [cluster] in cluster.liveAddresses }, start: botAt, patience: patience, greeting: credentials)
         #expect(await eventually(timeout: .seconds(10)) { ((try? await voice.streams().values.first?["packets"] as? Int) ?? 0) >= 100 })
         return (cluster, bot, try #require(try await voice.streams().keys.first))
     }
@@ -276,6 +281,23 @@ extension SessionListener {
         #expect(silence > 0, "two pairs sent the guild's voice at once (\(silence) s)")
         #expect(silence < 1, "the voice was silent \(silence) s across the hand-over")
         #expect(try await voice.events("identify").count == 2)
+        await cluster.stop()
+    }
+
+    /// A bot relayed by a third pair stays connected while the guild moves from pair 0 to pair 1,
+    /// so it sends no credentials again: the relay gives the new owner the bot's last `voice`.
+    @Test(.enabled(if: ClusterEndToEndTests.postgresInstalled)) func aRelayedBotsGuildKeepsItsVoiceOnTheNewOwner() async throws {
+        let voice = try StandInVoiceServer()
+        defer { voice.stop() }
+        let (cluster, bot, first) = try await Self.guildWithVoice(
+            "voice-relayed", voice: voice, patience: nil, count: 3, botAt: 2, draining: [2])
+        defer { bot.close(); Task { [cluster] in await cluster.stop() } }
+        await cluster.terminate(0)
+        let silence = try await Self.silenceAcrossTheMove(voice, first: first, within: .seconds(15))
+        print("cluster voice: silence at the stand-in across a relayed bot's hand-over \(Int(silence * 1000)) ms, codes \(bot.codes)")
+        #expect(try cluster.owners()["voice-relayed"] == "pair-1")
+        #expect(bot.codes.isEmpty, "the relayed bot was disconnected (\(bot.codes)): this test is about one that is not")
+        #expect(silence > 0 && silence < 1, "the voice was silent \(silence) s across the hand-over")
         await cluster.stop()
     }
 

@@ -100,6 +100,7 @@ struct ClusterRelay: Sendable {
                 group.addTask {
                     for try await message in inbound.messages(maxSize: 64 * 1024) {
                         guard case .text(let text) = message else { continue }
+                        slot.remember(text)
                         if let writer = slot.writer.withLock({ $0 }), (try? await writer.write(.text(text))) != nil { continue }
                         try await outbound.write(.text(Self.unavailableReply(to: text)))
                     }
@@ -199,12 +200,15 @@ struct ClusterRelay: Sendable {
                     // when the session has moved meanwhile, it is left to fail by itself.
                     let connection = Task {
                         try await WebSocketClient.connect(url: url, configuration: configuration, logger: logger) { inbound, upstreamOutbound, _ in
+                            if let voice = writer.voice.withLock({ $0 }) { try await upstreamOutbound.write(.text(voice)) }
                             writer.writer.withLock { $0 = upstreamOutbound }
                             for try await message in inbound.messages(maxSize: 1 << 20) {
                                 writer.lastHeard.withLock { $0 = .now }
                                 switch message {
                                 case .binary(let bytes): try await outbound.write(.binary(bytes))
-                                case .text(let text): try await outbound.write(.text(text))
+                                case .text(let text):
+                                    if UpstreamSlot.isReplayReply(text) { continue }
+                                    try await outbound.write(.text(text))
                                 }
                             }
                         }
@@ -252,4 +256,28 @@ final class UpstreamSlot: Sendable {
     /// The client has been told to connect again.
     let moved = Atomic<Bool>(false)
     var isLeaving: Bool { leaving.load(ordering: .relaxed) }
+    /// The client's last `voice` command (nil after `voice_leave`), sent first on every new
+    /// upstream: a bot's guild keeps its Discord voice when the session moves on, although the bot
+    /// stays connected here and has no reason to send its credentials again. It goes with
+    /// `replayID` for its id, and the owner's reply to it is not passed on.
+    let voice = Mutex<String?>(nil)
+    static let replayID = "tonearm-relay-voice"
+
+    func remember(_ text: String) {
+        guard text.contains("voice"), let data = text.data(using: .utf8),
+            var command = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any], let op = command["op"] as? String
+        else { return }
+        if op == "voice_leave" {
+            voice.withLock { $0 = nil }
+        } else if op == "voice" {
+            command["id"] = Self.replayID
+            guard let replay = try? JSONSerialization.data(withJSONObject: command) else { return }
+            voice.withLock { $0 = String(decoding: replay, as: UTF8.self) }
+        }
+    }
+
+    /// The owner's reply to a replayed `voice` command.
+    static func isReplayReply(_ text: String) -> Bool {
+        text.contains(replayID) && text.contains(#""id":"\#(replayID)""#)
+    }
 }
