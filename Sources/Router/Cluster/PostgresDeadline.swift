@@ -32,9 +32,11 @@ extension PostgresClient {
             if let first = try await group.next(), let value = first { return value }
             // Past the deadline: a wait for a connection is called off by the cancellation, a
             // statement in flight fails when its connection closes.
+            // The close is waited for (it takes a round on the event loop), so that the pool has
+            // seen the connection go before the caller's next statement asks it for one.
             if let connection = leased.connection.withLock({ $0 }) {
                 let closing: EventLoopFuture<Void> = connection.close()
-                closing.whenComplete { _ in }
+                try? await closing.get()
             }
             throw TimeoutError(limit: limit)
         }
