@@ -28,12 +28,20 @@ extension ControlAPI {
             guard let limit = Int(limitText), (1...50).contains(limit) else {
                 throw APIError.badRequest("invalid_limit", "\"limit\" is a number from 1 to 50, got \(limitText)")
             }
+            // `source`: one of yt-dlp's search prefixes Lavalink clients name (its `ytsearch:`,
+            // `ytmsearch:`, `scsearch:`); the configured one when absent.
+            let prefix = request.uri.queryParameters["source"].map(String.init) ?? searchPrefix
+            guard Self.searchSources.contains(prefix) || prefix == searchPrefix else {
+                throw APIError.badRequest("invalid_source", "\"source\" is one of \(Self.searchSources.sorted().joined(separator: ", "))")
+            }
             let owner = try Self.owner(request)
-            return try await untilClientLeaves(context.channel) { [resolver, searchPrefix] () async throws(APIError) in
-                SearchResults(results: try await resolver.ytdlp.search(query, limit: limit, prefix: searchPrefix, owner: owner))
+            return try await untilClientLeaves(context.channel) { [resolver] () async throws(APIError) in
+                SearchResults(results: try await resolver.ytdlp.search(query, limit: limit, prefix: prefix, owner: owner))
             }
         }
     }
+
+    static let searchSources: Set<String> = ["ytsearch", "ytmsearch", "scsearch"]
 
     /// The session a lookup is for (`?session=`): it holds at most one place at a time.
     private static func owner(_ request: Request) throws(APIError) -> String? {

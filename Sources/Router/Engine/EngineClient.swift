@@ -112,9 +112,10 @@ struct EngineClient: EngineControl {
     }
 
     /// The engine's `/search` answer, passed on as it is; for a browser, its session is the owner.
-    func search(_ query: String, limit: Int?, owner: SessionID?) async throws(APIError) -> EngineReply {
+    func search(_ query: String, limit: Int?, owner: SessionID?, source: String? = nil) async throws(APIError) -> EngineReply {
         var path = "/search?q=\(Self.query(query))" + Self.ownerQuery(owner)
         if let limit { path += "&limit=\(limit)" }
+        if let source { path += "&source=\(Self.query(source))" }
         let reply = try await send(.GET, path, body: nil, timeout: .seconds(60))
         _ = try Self.decode(Ignored.self, reply)
         return reply
