@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Tests/run.sh — every test, after `make test`'s one build (release, test targets included,
-# TONEARM_TESTABLE): the Swift suites one after the other, then schemathesis (Tests/API) and the
-# Discord bridge's tests (bridges/discord). A failed test's lines are printed again at the end;
-# exits non-zero if anything failed.
+# TONEARM_TESTABLE): the Swift suites one after the other, then schemathesis (Tests/API), the
+# Discord bridge's tests (bridges/discord) and the Lavalink clients' (Tests/Lavalink). A failed
+# test's lines are printed again at the end; exits non-zero if anything failed.
 #
 # One after the other on purpose. Many suites hold the engine and the Router to deadlines a
 # listener hears (a bystander's 100 ms between frames, no frame missed under a stalling layer, a
@@ -28,9 +28,9 @@ report() {  # name, status
 "$tests" --testing-library swift-testing --no-parallel 2>&1 | tee "$logs/swift.log"
 swift=${PIPESTATUS[0]}
 report "the Swift suites" "$swift"
-{ Tests/API/run.sh && (cd bridges/discord && python3 -m pytest -q); } 2>&1 | tee "$logs/others.log"
+{ Tests/API/run.sh && (cd bridges/discord && python3 -m pytest -q) && python3 -m pytest -q Tests/Lavalink; } 2>&1 | tee "$logs/others.log"
 others=${PIPESTATUS[0]}
-report "schemathesis and the bridge's tests" "$others"
+report "schemathesis, the bridge's and the Lavalink clients' tests" "$others"
 if [ "$swift" != 0 ] || [ "$others" != 0 ]; then
   echo; echo "== Tests/run.sh: what failed (logs in $logs):"
   grep -a -h -E '✘|error:|FAILED|failed' "$logs"/*.log | cut -c1-400 | tail -60

@@ -48,6 +48,10 @@ package struct RouterConfiguration: Sendable {
     /// A PEM file of the certificate authorities Discord voice servers are checked against (the
     /// system's when nil): tests name their stand-in voice server's.
     var voiceTrustRoots: String?
+    /// Lavalink v4's API under `/v4` (docs/lavalink.md), served when a password is set.
+    var lavalinkPassword: String?
+    /// How often Lavalink clients get each player's `playerUpdate` (Lavalink's default, 5 s).
+    var lavalinkPlayerUpdateInterval: Duration = .seconds(5)
     /// Whether a new session's tracks are brought to the engine's target loudness.
     var normalizeByDefault = true
     /// A cluster's shared PostgreSQL and this pair's place in it (nil: one pair on SQLite).
@@ -120,6 +124,21 @@ package struct RouterConfiguration: Sendable {
         }
         if let url = environment["TONEARM_DATABASE_URL"], !url.isEmpty {
             cluster = try Self.cluster(url: url, environment: environment, port: port)
+        }
+        if let value = environment["TONEARM_LAVALINK_PASSWORD"], !value.isEmpty {
+            guard cluster == nil else {
+                throw RouterConfigurationError(
+                    message: "TONEARM_LAVALINK_PASSWORD: the Lavalink API is served by a single pair so far, not in a cluster "
+                        + "(TONEARM_DATABASE_URL); docs/lavalink.md")
+            }
+            lavalinkPassword = value
+        }
+        if let value = environment["TONEARM_LAVALINK_PLAYER_UPDATE_INTERVAL"] {
+            let seconds = try Self.seconds(value, "TONEARM_LAVALINK_PLAYER_UPDATE_INTERVAL")
+            guard seconds >= 0.1 else {
+                throw RouterConfigurationError(message: "TONEARM_LAVALINK_PLAYER_UPDATE_INTERVAL must be at least 0.1 s")
+            }
+            lavalinkPlayerUpdateInterval = .seconds(seconds)
         }
         if let value = environment["TONEARM_ENGINE_URL"] {
             engineURL = value

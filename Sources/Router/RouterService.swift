@@ -77,6 +77,13 @@ package enum RouterService {
         api.hls = hls
         let voice = VoiceConnections(store: store, trustRoots: configuration.voiceTrustRoots, logger: logger)
         api.voice = voice
+        let lavalink = configuration.lavalinkPassword.map {
+            LavalinkNode(
+                password: $0, playerUpdateInterval: configuration.lavalinkPlayerUpdateInterval, store: store, directory: directory,
+                commands: SessionCommands(directory: directory, link: link, engine: engine), engine: engine, voice: voice,
+                logger: logger)
+        }
+        api.lavalink = lavalink
         var answers = HLSFastAnswers(hls: hls, access: access)
         if let member { answers.playsHere = { member.epoch(of: $0) != nil } }
         let fastHLS = answers
@@ -120,6 +127,7 @@ package enum RouterService {
                     .init(service: app),
                     // Ticks the voice connections; closes them (1000) when the Router stops.
                     .init(service: VoiceService(voice: voice)),
+                ] + (lavalink.map { [.init(service: LavalinkService(node: $0))] } ?? []) + [
                 ] + (relay.map { [.init(service: ClusterHandOver(member: $0.member, relayed: $0.clients))] } ?? []) + [
                     // Told of the shutdown first: its clock then runs while the rest stop.
                     .init(service: ShutdownDeadline(limit: .milliseconds(2_500), writer: writer, logger: logger)),

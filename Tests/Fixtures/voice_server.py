@@ -184,6 +184,7 @@ class Judge:
                     "gap_ms_p99": float(numpy.percentile(gaps, 99)) if gaps else None,
                     "gap_ms_max": max(gaps) if gaps else None,
                     "dominant_hz": dominant(frames[-100:]),
+                    "level_dbfs": level(frames[-25:]),
                     "first_at": packets[0][0],
                     "last_at": packets[-1][0],
                 }
@@ -215,6 +216,14 @@ def dominant(frames):
         return None
     spectrum = numpy.abs(numpy.fft.rfft(left * numpy.hanning(len(left))))
     return float(numpy.argmax(spectrum) * 48000 / len(left))
+
+
+def level(frames):
+    """The RMS level of the last frames, in dB below full scale (None when none were heard)."""
+    if not frames:
+        return None
+    samples = numpy.concatenate(frames).astype(numpy.float64) / 32768
+    return float(20 * numpy.log10(max(numpy.sqrt(numpy.mean(samples * samples)), 1e-9)))
 
 
 judge = Judge()

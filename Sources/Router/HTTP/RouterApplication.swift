@@ -29,6 +29,8 @@ struct RouterApplication {
     var hls: HLSOutput? = nil
     /// The sessions' Discord voice connections (nil: made here, checked against the system's roots).
     var voice: VoiceConnections? = nil
+    /// Lavalink v4's API (nil: not served; TONEARM_LAVALINK_PASSWORD).
+    var lavalink: LavalinkNode? = nil
     let startedAt = Date()
     let metrics = RouterMetrics()
 
@@ -85,6 +87,7 @@ struct RouterApplication {
             }
         }
         ClusterRoutes(member: relay?.member, access: access).addRoutes(to: router)
+        if let lavalink { LavalinkRoutes(node: lavalink).addRoutes(to: router) }
         var clients = ClientConnections(store: store, directory: directory, access: access, link: link, engine: engine)
         clients.relay = relay
         clients.hls = hls ?? HLSOutput(store: store)

@@ -20,6 +20,8 @@ package enum ClientKind: String, Sendable, CaseIterable, Codable {
     case hls
     /// A guild's Discord voice connection that Tonearm makes itself (the `voice` command).
     case voice
+    /// A player of a Lavalink client (`/v4`): the session's events only, as Lavalink's.
+    case lavalink
 }
 
 /// A client written directly on its channel's event loop (a WebSocket connection).

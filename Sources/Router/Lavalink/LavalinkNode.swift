@@ -1,0 +1,244 @@
+// The Lavalink v4 node this Router is to Lavalink clients (docs/lavalink.md): its sessions and
+// their players, each player a Tonearm session of the guild's id, driven through the same
+// commands as `/bot` (`SessionCommands`) and heard through Tonearm's own voice connection
+// (`VoiceConnections`). What a `PATCH` of a player asks is read into `PlayerUpdate` (a value)
+// first, then carried out here in Lavalink's order: voice, track, position, volume, paused,
+// filters.
+import DiscordVoice
+import Foundation
+import Logging
+import ServiceSupport
+import Synchronization
+import WireProtocol
+
+final class LavalinkNode: Sendable {
+    let password: String
+    let playerUpdateInterval: Duration
+    let statsInterval: Duration
+    let store: SessionStore
+    let directory: SessionDirectory
+    let commands: SessionCommands
+    let engine: EngineClient
+    let voice: VoiceConnections
+    let startedAt = ContinuousClock.now
+    let logger: Logger
+    private let sessions = Mutex<[String: LavalinkSession]>([:])
+
+    init(
+        password: String, playerUpdateInterval: Duration, statsInterval: Duration = .seconds(60), store: SessionStore,
+        directory: SessionDirectory, commands: SessionCommands, engine: EngineClient, voice: VoiceConnections, logger: Logger
+    ) {
+        self.password = password
+        self.playerUpdateInterval = playerUpdateInterval
+        self.statsInterval = statsInterval
+        self.store = store
+        self.directory = directory
+        self.commands = commands
+        self.engine = engine
+        self.voice = voice
+        self.logger = logger
+    }
+
+    // MARK: Sessions
+
+    /// The session a socket opens: the one named by `Session-Id` when it is kept for resuming
+    /// (resumed), else a new one.
+    func open(userID: String, resume: String?) -> (session: LavalinkSession, resumed: Bool) {
+        sessions.withLock { sessions in
+            // The old socket may not have been seen closing yet: the new one takes the session over.
+            if let resume, let kept = sessions[resume], kept.userID == userID, kept.resuming { return (kept, true) }
+            let session = LavalinkSession(id: LavalinkSession.newID(), userID: userID)
+            sessions[session.id] = session
+            return (session, false)
+        }
+    }
+
+    func session(_ id: String) throws(LavalinkError) -> LavalinkSession {
+        guard let session = sessions.withLock({ $0[id] }) else { throw .notFound("Session not found") }
+        return session
+    }
+
+    var allSessions: [LavalinkSession] { sessions.withLock { Array($0.values) } }
+
+    /// The socket of `generation` closed: the session waits `timeout` s for its client when it
+    /// asked for resuming, then (or at once) ends with its players.
+    func closed(_ session: LavalinkSession, generation: UInt64) async {
+        guard let (resuming, timeout) = session.detach(generation) else { return }
+        if resuming {
+            try? await Task.sleep(for: .seconds(timeout))
+            guard session.generation == nil else { return }
+        }
+        sessions.withLock { _ = $0.removeValue(forKey: session.id) }
+        for player in session.removeAllPlayers() { await destroy(player) }
+    }
+
+    // MARK: Players
+
+    /// A player's JSON, as `GET …/players/{guildId}` answers it.
+    func view(_ player: LavalinkPlayer) async -> JSONObject {
+        let state = await directory.existing(player.guild)?.state
+        let tracks = player.state.withLock { $0 }
+        var track: any Sendable = NSNull()
+        if var current = tracks.current ?? tracks.pending, var info = current["info"] as? JSONObject {
+            info["position"] = state?.positionMS ?? 0
+            current["info"] = info
+            track = current
+        }
+        let filters = state.flatMap { try? JSONSerialization.jsonObject(with: JSONEncoder().encode($0.filters)) } as? JSONObject
+        return [
+            "guildId": player.guild.description, "track": track, "volume": state?.volume ?? 100, "paused": state?.paused ?? false,
+            "state": Self.playerState(tracks, position: state?.positionMS ?? 0), "voice": tracks.voice, "filters": filters ?? JSONObject(),
+        ]
+    }
+
+    static func playerState(_ tracks: LavalinkPlayer.Tracks, position: Int64) -> JSONObject {
+        [
+            "time": Int64(Date().timeIntervalSince1970 * 1_000), "position": position, "connected": tracks.connected,
+            "ping": tracks.connected ? 0 : -1,
+        ]
+    }
+
+    /// `PATCH /v4/sessions/{sessionId}/players/{guildId}`.
+    func update(_ guild: SessionID, of session: LavalinkSession, _ update: PlayerUpdate, noReplace: Bool) async throws(LavalinkError)
+        -> JSONObject
+    {
+        let (player, made) = session.player(guild) { LavalinkPlayer(guild: guild, session: session) }
+        if made { player.token.withLock { $0 = store.subscribe(guild, kind: .lavalink, sink: player) } }
+        if let voiceObject = update.voice {
+            let credentials = try Self.credentials(voiceObject, user: session.userID, guild: guild)
+            player.state.withLock { $0.voice = voiceObject }
+            voice.connect(guild, credentials: credentials)
+        }
+        switch update.track {
+        case .keep: break
+        case .stop:
+            if player.state.withLock({ $0.current ?? $0.pending }) != nil { try await run(.stop, on: guild) }
+        case .play(let track, let url):
+            try await play(track, url: url, on: player, noReplace: noReplace)
+        case .identifier(let identifier, let userData):
+            guard var track = LavalinkLoader.firstTrack(await LavalinkLoader(engine: engine).load(identifier)),
+                let info = track["info"] as? JSONObject
+            else { throw .badRequest("identifier \(identifier) loads no track") }
+            track["userData"] = userData
+            try await play(track, url: info["uri"] as? String ?? identifier, on: player, noReplace: noReplace)
+        }
+        if let position = update.position {
+            if case .keep = update.track { try await run(.seek(positionMS: position), on: guild) } else { try await seekOnceStarted(position, on: guild) }
+        }
+        if let volume = update.volume { try await run(.volume(volume), on: guild) }
+        // Lavalink's `paused` is a state, not a toggle: the same state again is no change.
+        if let paused = update.paused, await directory.existing(guild)?.state.paused != paused {
+            try await run(paused ? .pause : .resume, on: guild)
+        }
+        if let filters = update.filters { try await run(.filters(filters), on: guild) }
+        return await view(player)
+    }
+
+    private func play(_ track: JSONObject, url: String, on player: LavalinkPlayer, noReplace: Bool) async throws(LavalinkError) {
+        if noReplace, player.state.withLock({ $0.current ?? $0.pending }) != nil { return }
+        player.state.withLock { $0.pending = track }
+        let view = try await run(.play(url: url), on: player.guild)
+        // A player holds one track: what Tonearm's queue keeps before it goes.
+        for _ in 0..<(view.current ?? 0) { _ = try? await run(.remove(index: 0), on: player.guild) }
+    }
+
+    /// A position given with a track is where it starts (Lavalink's meaning): the seek waits for
+    /// the engine to have opened the track (at most `startPatience`).
+    private func seekOnceStarted(_ position: Int64, on guild: SessionID) async throws(LavalinkError) {
+        let deadline = ContinuousClock.now + Self.startPatience
+        while true {
+            do {
+                try await run(.seek(positionMS: position), on: guild)
+                return
+            } catch {
+                let starting = await directory.existing(guild)?.state.status == "starting"
+                guard error.code == "invalid_state", starting, ContinuousClock.now < deadline else { throw error }
+                try? await Task.sleep(for: .milliseconds(50))
+            }
+        }
+    }
+
+    static let startPatience: Duration = .seconds(10)
+
+    /// `DELETE …/players/{guildId}`, or the end of its session: the guild stops, its voice
+    /// connection ends, the player is gone.
+    func destroy(_ player: LavalinkPlayer) async {
+        if let token = player.token.withLock({ $0 }) { store.unsubscribe(player.guild, token: token) }
+        // A client that connected again without resuming moved its player to its new session: the
+        // guild plays on for that one when the old session ends.
+        guard !allSessions.contains(where: { $0.player(player.guild) != nil }) else { return }
+        _ = voice.leave(player.guild)
+        if player.state.withLock({ $0.current ?? $0.pending }) != nil { _ = try? await run(.stop, on: player.guild) }
+    }
+
+    @discardableResult
+    private func run(_ command: SessionCommand, on guild: SessionID) async throws(LavalinkError) -> SessionView {
+        do {
+            return try await commands.run(command, on: guild, browser: false)
+        } catch {
+            throw LavalinkError(status: error.status, message: error.message, code: error.code)
+        }
+    }
+
+    /// The voice object with the bot's user id, checked as the `voice` command checks its own.
+    static func credentials(_ voice: JSONObject, user: String, guild: SessionID) throws(LavalinkError) -> VoiceCredentials {
+        let fields: JSONObject = [
+            "user_id": user, "session_id": voice["sessionId"] ?? NSNull(), "channel_id": voice["channelId"] ?? "0",
+            "token": voice["token"] ?? NSNull(), "endpoint": voice["endpoint"] ?? NSNull(),
+        ]
+        do {
+            return try VoiceCommand.credentials(LavalinkJSON.data(fields), guild: guild)
+        } catch {
+            throw .badRequest("voice: \(error.message)")
+        }
+    }
+
+    // MARK: Periodic messages
+
+    /// Sends every connected client its players' `playerUpdate` each interval and the node's
+    /// `stats` each minute, until cancelled.
+    func run() async {
+        var sinceStats = Duration.zero
+        var usage = ProcessUsage()
+        while !Task.isCancelled {
+            try? await Task.sleep(for: playerUpdateInterval)
+            for session in allSessions where session.generation != nil {
+                for player in session.players {
+                    let position = await directory.existing(player.guild)?.state.positionMS ?? 0
+                    let tracks = player.state.withLock { $0 }
+                    session.send(
+                        LavalinkJSON.text([
+                            "op": "playerUpdate", "guildId": player.guild.description,
+                            "state": Self.playerState(tracks, position: position),
+                        ]))
+                }
+            }
+            sinceStats += playerUpdateInterval
+            if sinceStats >= statsInterval {
+                sinceStats = .zero
+                var message = await stats(usage: &usage)
+                message["op"] = "stats"
+                let text = LavalinkJSON.text(message)
+                for session in allSessions where session.generation != nil { session.send(text) }
+            }
+        }
+    }
+
+    /// The stats object (`/v4/stats`, and the `stats` op with `op` added).
+    func stats(usage: inout ProcessUsage) async -> JSONObject {
+        let players = allSessions.flatMap(\.players)
+        var playing = 0
+        for player in players where await directory.existing(player.guild)?.state.status == "playing" { playing += 1 }
+        let memory = ProcessUsage.memory()
+        return [
+            "players": players.count, "playingPlayers": playing,
+            "uptime": Int64((ContinuousClock.now - startedAt).components.seconds * 1_000),
+            "memory": ["free": memory.free, "used": memory.used, "allocated": memory.used, "reservable": memory.total] as JSONObject,
+            "cpu": [
+                "cores": ProcessInfo.processInfo.activeProcessorCount, "systemLoad": LoadScore.hostLoad(),
+                "lavalinkLoad": usage.cpuShare(),
+            ] as JSONObject,
+            "frameStats": NSNull(),
+        ]
+    }
+}

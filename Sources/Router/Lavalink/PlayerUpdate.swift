@@ -1,0 +1,122 @@
+// What a `PATCH /v4/sessions/{sessionId}/players/{guildId}` body asks, read and checked before
+// anything is done: every field is untrusted, and a wrong one refuses the whole update (400, in
+// Lavalink's error body) rather than leaving it half done.
+import EngineAPI
+import Foundation
+import ServiceSupport
+
+struct PlayerUpdate: Sendable {
+    enum TrackChange: Sendable {
+        /// No track field: the player keeps what it plays.
+        case keep
+        /// `encoded: null`: stop.
+        case stop
+        /// A track to play: the Lavalink track object and the URL Tonearm plays.
+        case play(JSONObject, url: String)
+        /// `identifier`: loaded first (as `/v4/loadtracks` would), its first track played.
+        case identifier(String, userData: JSONObject)
+    }
+
+    var track = TrackChange.keep
+    var position: Int64?
+    var volume: Int?
+    var paused: Bool?
+    var filters: Filters?
+    var voice: JSONObject?
+
+    /// The largest position a seek takes (Tonearm's own limit).
+    static let maxPositionMS = SessionMachine.maxPositionMS
+
+    init(_ body: JSONObject) throws(LavalinkError) {
+        if let track = body["track"] {
+            guard let track = track as? JSONObject else { throw .badRequest("track must be an object") }
+            self.track = try Self.trackChange(track)
+        } else if body.keys.contains("encodedTrack") {
+            // v4's deprecated top-level fields, which older clients still send.
+            self.track = try Self.trackChange(["encoded": body["encodedTrack"] ?? NSNull()])
+        } else if let identifier = body["identifier"] {
+            self.track = try Self.trackChange(["identifier": identifier])
+        }
+        if let value = body["position"] {
+            guard let position = Self.integer(value), position >= 0, position <= Self.maxPositionMS else {
+                throw .badRequest("position must be a whole number of milliseconds from 0 to \(Self.maxPositionMS)")
+            }
+            self.position = position
+        }
+        if let value = body["endTime"], !(value is NSNull) {
+            throw .badRequest("endTime is not supported by Tonearm; stop the track yourself (track.encoded null)")
+        }
+        if let value = body["volume"] {
+            guard let volume = Self.integer(value), (0...1_000).contains(volume) else {
+                throw .badRequest("volume must be a whole number from 0 to 1000")
+            }
+            self.volume = Int(volume)
+        }
+        if let value = body["paused"] {
+            guard let paused = value as? Bool, Self.isBoolean(value) else { throw .badRequest("paused must be true or false") }
+            self.paused = paused
+        }
+        if let value = body["filters"] {
+            guard let object = value as? JSONObject else { throw .badRequest("filters must be an object") }
+            // Lavalink's volume filter (a factor on top of the player's volume) has no counterpart
+            // yet: refused unless it changes nothing, never dropped unheard.
+            if let volume = object["volume"], PlayerUpdate.number(volume) != 1 {
+                throw .badRequest("filters.volume is not supported by Tonearm yet; use the player's volume (0-1000)")
+            }
+            let read: Filters
+            do {
+                read = try CommandParsing.arguments(LavalinkJSON.data(object)).filters
+            } catch {
+                throw .badRequest("filters: \(error.message)")
+            }
+            if let problem = read.problem { throw .badRequest("filters: \(problem)") }
+            filters = read
+        }
+        if let value = body["voice"] {
+            guard let voice = value as? JSONObject else { throw .badRequest("voice must be an object") }
+            self.voice = voice
+        }
+    }
+
+    private static func trackChange(_ track: JSONObject) throws(LavalinkError) -> TrackChange {
+        let userData = track["userData"] as? JSONObject ?? [:]
+        if track["userData"] != nil, track["userData"] as? JSONObject == nil { throw .badRequest("track.userData must be an object") }
+        if let encoded = track["encoded"] {
+            if encoded is NSNull { return .stop }
+            guard let encoded = encoded as? String else { throw .badRequest("track.encoded must be a string or null") }
+            let info: LavalinkTrackInfo
+            do {
+                info = try LavalinkTrackCodec.decode(encoded)
+            } catch {
+                throw .badRequest("track.encoded is not a track: \(error.description)")
+            }
+            return .play(LavalinkJSON.track(encoded, info, userData: userData), url: info.playable)
+        }
+        if let identifier = track["identifier"] {
+            guard let identifier = identifier as? String, !identifier.isEmpty else { throw .badRequest("track.identifier must be a string") }
+            return .identifier(identifier, userData: userData)
+        }
+        return .keep
+    }
+
+    /// A JSON number that is a whole number (not a boolean, not a fraction).
+    static func integer(_ value: Any) -> Int64? {
+        guard let number = value as? NSNumber, !isBoolean(value), number.doubleValue == number.doubleValue.rounded(),
+            abs(number.doubleValue) < 0x1p62
+        else { return nil }
+        return number.int64Value
+    }
+
+    /// JSON's true and false (JSONSerialization reads them as NSNumbers of Objective-C type `c`;
+    /// a number 1 passes `as? Bool` too, so that cannot tell them apart).
+    /// A JSON number (not a boolean) as a Double.
+    static func number(_ value: Any) -> Double? {
+        guard let number = value as? NSNumber, !isBoolean(value) else { return nil }
+        return number.doubleValue
+    }
+
+    static func isBoolean(_ value: Any) -> Bool {
+        guard let number = value as? NSNumber else { return false }
+        return String(cString: number.objCType) == "c"
+    }
+}

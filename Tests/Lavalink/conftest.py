@@ -1,0 +1,90 @@
+"""What every Lavalink client's test needs: the real engine and Router with Lavalink's API on
+(the bridge's `Cluster`, TONEARM_LAVALINK_PASSWORD set), the stand-in Discord voice server
+(Tests/Fixtures/voice_server.py) that hears what Tonearm sends, and a plain HTTP server for a
+link to play. Everything is judged at the stand-in: the tone, its level, silence."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import http.server
+import importlib.util
+import json
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent.parent
+_spec = importlib.util.spec_from_file_location("bridge_conftest", REPO / "bridges/discord/tests/conftest.py")
+bridge = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bridge)
+
+PASSWORD = "youshallnotpass"
+GUILD, CHANNEL, USER = 41771983423143937, 127121515262115840, 104694319306248192
+
+
+class StandIn:
+    """The stand-in voice server, and what it heard."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen([sys.executable, str(REPO / "Tests/Fixtures/voice_server.py")], stdout=subprocess.PIPE)
+        ready = json.loads(self.process.stdout.readline())
+        self.endpoint = f"localhost:{ready['ws_port']}"
+        self.control = ready["control_port"]
+        self.ca = ready["ca"]
+
+    def report(self) -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.control}/report", timeout=5) as response:
+            return json.load(response)
+
+    def stream(self) -> dict:
+        """The stream heard last (the newest voice connection's)."""
+        streams = self.report()["streams"]
+        return max(streams.values(), key=lambda s: s["first_at"]) if streams else {}
+
+    async def wait(self, condition, timeout: float = 10, what: str = "") -> dict:
+        """The newest stream once `condition` holds for it; the client's event loop runs meanwhile."""
+        deadline = time.monotonic() + timeout
+        stream = {}
+        while time.monotonic() < deadline:
+            stream = self.stream()
+            if stream and condition(stream):
+                return stream
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"the stand-in never heard {what}: {stream}")
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+@pytest.fixture
+def standin():
+    server = StandIn()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def node(tmp_path: Path, standin: StandIn):
+    """The engine and Router, Lavalink's API on, playerUpdate every second; a 3 s tone-330.mp3
+    in the media folder, and `link`: an http:// link to a 30 s 880 Hz tone."""
+    running = bridge.Cluster(tmp_path, {
+        "TONEARM_VOICE_CA_FILE": standin.ca, "TONEARM_LAVALINK_PASSWORD": PASSWORD,
+        "TONEARM_LAVALINK_PLAYER_UPDATE_INTERVAL": "1", "TONEARM_ALLOW_PRIVATE_SOURCES": "true",
+        "TONEARM_NORMALIZE": "false",
+    })
+    subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-f", "lavfi", "-i", "sine=f=330:d=3",
+                    str(tmp_path / "media" / "tone-330.mp3")], check=True)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "media"))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    running.link = f"http://127.0.0.1:{server.server_address[1]}/tone-880.mp3"
+    yield running
+    server.shutdown()
+    running.stop()

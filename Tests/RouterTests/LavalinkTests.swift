@@ -1,0 +1,136 @@
+// Lavalink's values without a server: lavaplayer's track format both ways (Lavalink's own
+// documented example read back, strings only Java's modified UTF-8 writes as it does, hostile
+// bytes refused), how the session's events become Lavalink's, and a player update's refusals.
+import Foundation
+import Testing
+
+@testable import TonearmRouter
+
+@Suite struct LavalinkTrackCodecTests {
+    /// The track of Lavalink's WebSocket documentation (a version 2 track from its YouTube source).
+    static let documented =
+        "QAAAjQIAJVJpY2sgQXN0bGV5IC0gTmV2ZXIgR29ubmEgR2l2ZSBZb3UgVXAADlJpY2tBc3RsZXlWRVZPAAAAAAADPCAAC2RRdzR3OVdnWGNRAAEAK2h0dHBzOi8vd3d3LnlvdXR1YmUuY29tL3dhdGNoP3Y9ZFF3NHc5V2dYY1EAB3lvdXR1YmUAAAAAAAAAAA=="
+
+    @Test func lavalinksDocumentedTrackReadsAsItsDocumentationSays() throws {
+        let info = try LavalinkTrackCodec.decode(Self.documented)
+        #expect(info.title == "Rick Astley - Never Gonna Give You Up")
+        #expect(info.author == "RickAstleyVEVO")
+        #expect(info.length == 212_000)
+        #expect(info.identifier == "dQw4w9WgXcQ")
+        #expect(info.uri == "https://www.youtube.com/watch?v=dQw4w9WgXcQ")
+        #expect(info.sourceName == "youtube" && !info.isStream && info.isSeekable && info.position == 0)
+        #expect(info.artworkUrl == nil && info.isrc == nil)
+    }
+
+    @Test func aTrackComesBackAsItWentWithTheBytesJavaWouldWrite() throws {
+        let info = LavalinkTrackInfo(
+            identifier: "http://127.0.0.1/a.mp3", isSeekable: true, author: "Nul\u{0}and 🎵 é", length: 61_000, isStream: false,
+            position: 1_500, title: "Tonearm — tone", uri: "http://127.0.0.1/a.mp3", artworkUrl: "http://x/a.jpg", isrc: nil,
+            sourceName: "http")
+        let encoded = LavalinkTrackCodec.encode(info, probeInfo: "mp3")
+        #expect(try LavalinkTrackCodec.decode(encoded) == info)
+        let bytes = try #require(Data(base64Encoded: encoded))
+        // Flag bit 30 and the size of what follows; version 3.
+        #expect(bytes.prefix(4) == Data([0x40, 0x00, 0x00, UInt8(bytes.count - 4)]) && bytes[4] == 3)
+        // NUL is two bytes (C0 80); 🎵 is two surrogates of three bytes each, never a 4-byte sequence.
+        var author: [UInt8] = []
+        LavalinkTrackCodec.writeUTF("\u{0}🎵", to: &author)
+        #expect(author == [0x00, 0x08, 0xC0, 0x80, 0xED, 0xA0, 0xBC, 0xED, 0xBE, 0xB5])
+    }
+
+    @Test func hostileBytesAreRefusedNeverTrapped() {
+        let valid = Array(Data(base64Encoded: Self.documented) ?? Data())
+        var cases: [String] = ["", "not base64 !", Data([0x40, 0, 0, 0]).base64EncodedString()]
+        // Every cut short, a header that claims more or less, a string longer than the track.
+        for end in stride(from: 0, to: valid.count, by: 7) { cases.append(Data(valid.prefix(end)).base64EncodedString()) }
+        var larger = valid
+        larger[3] &+= 1
+        cases.append(Data(larger).base64EncodedString())
+        var longString = valid
+        longString[6] = 0xFF
+        cases.append(Data(longString).base64EncodedString())
+        var badUTF = valid
+        badUTF[7] = 0xF8
+        cases.append(Data(badUTF).base64EncodedString())
+        var version = valid
+        version[4] = 9
+        cases.append(Data(version).base64EncodedString())
+        for encoded in cases {
+            #expect(throws: LavalinkTrackCodec.Unreadable.self) { try LavalinkTrackCodec.decode(encoded) }
+        }
+    }
+}
+
+@Suite struct LavalinkEventTests {
+    static let track: JSONObject = ["encoded": "e", "info": ["title": "a"] as JSONObject]
+    static let next: JSONObject = ["encoded": "n", "info": ["title": "b"] as JSONObject]
+
+    func translate(_ event: JSONObject, _ tracks: inout LavalinkPlayer.Tracks) -> [(type: String, reason: String?, track: String?)] {
+        LavalinkPlayer.translate(event, guild: "1", tracks: &tracks).map {
+            ($0["type"] as? String ?? "", $0["reason"] as? String, ($0["track"] as? JSONObject)?["encoded"] as? String)
+        }
+    }
+
+    @Test func aTrackStartsEndsAndIsReplacedAsLavalinkSaysIt() {
+        var tracks = LavalinkPlayer.Tracks(pending: Self.track)
+        #expect(translate(["type": "ready"], &tracks).map(\.type) == ["TrackStartEvent"])
+        // Replaced: the old track ends `replaced`, the new one starts.
+        tracks.pending = Self.next
+        let replaced = translate(["type": "finished", "reason": "replaced"], &tracks)
+        #expect(replaced.map(\.reason) == ["replaced"] && replaced.map(\.track) == ["e"])
+        #expect(translate(["type": "ready"], &tracks).map(\.track) == ["n"])
+        for (tonearm, lavalink) in [("finished", "finished"), ("stopped", "stopped"), ("cleanup", "cleanup"), ("error", "loadFailed")] {
+            var playing = LavalinkPlayer.Tracks(current: Self.track)
+            #expect(translate(["type": "finished", "reason": tonearm], &playing).map(\.reason) == [lavalink])
+            #expect(playing.current == nil && playing.pending == nil)
+        }
+    }
+
+    @Test func aLinkThatCannotBeLoadedEndsLoadFailedAfterItsException() {
+        var tracks = LavalinkPlayer.Tracks(pending: Self.track)
+        let events = translate(["type": "error", "code": "source_timeout", "message": "m", "url": "http://x"], &tracks)
+        #expect(events.map(\.type) == ["TrackExceptionEvent", "TrackEndEvent"] && events.last?.reason == "loadFailed")
+        // An engine error while playing: the exception only; `finished` (error) ends it.
+        var playing = LavalinkPlayer.Tracks(current: Self.track)
+        #expect(translate(["type": "error", "code": "decode_failed", "message": "m"], &playing).map(\.type) == ["TrackExceptionEvent"])
+    }
+
+    @Test func theVoiceConnectionsEndIsAWebSocketClosedEventWithDiscordsCode() {
+        var tracks = LavalinkPlayer.Tracks()
+        #expect(translate(["type": "voice_state", "state": "connected"], &tracks).isEmpty && tracks.connected)
+        let closed = LavalinkPlayer.translate(["type": "voice_state", "state": "disconnected", "code": 4014], guild: "1", tracks: &tracks)
+        #expect(closed.first?["type"] as? String == "WebSocketClosedEvent" && closed.first?["code"] as? Int == 4014)
+        #expect(!tracks.connected)
+        // Events nobody asked for (another client's track) make nothing.
+        var empty = LavalinkPlayer.Tracks()
+        #expect(translate(["type": "ready"], &empty).isEmpty && translate(["type": "progress"], &empty).isEmpty)
+    }
+}
+
+@Suite struct PlayerUpdateTests {
+    func refusal(_ json: String) -> String? {
+        guard let object = LavalinkJSON.object(Array(json.utf8)) else { return "not an object" }
+        do {
+            _ = try PlayerUpdate(object)
+            return nil
+        } catch {
+            return error.message
+        }
+    }
+
+    @Test func everyFieldIsCheckedBeforeAnythingIsDone() throws {
+        for bad in [
+            #"{"volume":1001}"#, #"{"volume":-1}"#, #"{"volume":50.5}"#, #"{"volume":true}"#, #"{"volume":"50"}"#,
+            #"{"position":-1}"#, #"{"position":1e300}"#, #"{"paused":1}"#, #"{"paused":"yes"}"#, #"{"endTime":5000}"#,
+            #"{"track":"x"}"#, #"{"track":{"encoded":5}}"#, #"{"track":{"encoded":"QUFB"}}"#, #"{"track":{"identifier":""}}"#,
+            #"{"track":{"identifier":"a","userData":[1]}}"#, #"{"filters":[]}"#, #"{"filters":{"timescale":{"speed":-1}}}"#,
+            #"{"voice":"x"}"#, #"{"filters":{"volume":0.5}}"#, #"{"filters":{"volume":true}}"#,
+        ] {
+            #expect(refusal(bad) != nil, "\(bad) was taken")
+        }
+        let update = try PlayerUpdate(
+            try #require(LavalinkJSON.object(Array(#"{"volume":0,"paused":false,"position":0,"endTime":null,"track":{"encoded":null},"filters":{"volume":1.0}}"#.utf8))))
+        #expect(update.volume == 0 && update.paused == false && update.position == 0)
+        guard case .stop = update.track else { Issue.record("encoded null is a stop"); return }
+    }
+}
