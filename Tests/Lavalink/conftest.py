@@ -63,6 +63,41 @@ class StandIn:
         self.process.wait()
 
 
+async def until(condition, timeout: float = 10) -> bool:
+    """Whether `condition` came true within `timeout` s; the client's event loop runs meanwhile."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        await asyncio.sleep(0.1)
+    return False
+
+
+async def hear_the_controls(standin: StandIn, *, volume, pitch, no_filters, seek, position, pause) -> None:
+    """A client's controls, each judged by what the stand-in hears while an 880 Hz link plays:
+    the volume at 50 % is 6 dB down; a `timescale` pitch of 1.5 puts it at 1,320 Hz; a seek moves
+    the position; a pause sends five silence frames, then nothing, and a resume plays on."""
+    loud = standin.stream()["level_dbfs"]
+    await volume(50)
+    quiet = await standin.wait(lambda s: s["level_dbfs"] < loud - 5, timeout=3, what="the volume at 50 %")
+    assert abs(quiet["level_dbfs"] - (loud - 6.02)) < 1.5, (loud, quiet["level_dbfs"])
+    await volume(100)
+
+    await pitch(1.5)
+    await standin.wait(lambda s: abs((s["dominant_hz"] or 0) - 1320) < 15, timeout=3, what="the pitch filter")
+    await no_filters()
+    await standin.wait(lambda s: abs((s["dominant_hz"] or 0) - 880) < 10, timeout=3, what="the filter removed")
+
+    await seek(20_000)
+    assert await until(lambda: position() >= 20_000, 3), position()
+    await pause(True)
+    paused = await standin.wait(lambda s: s["silence_frames"] >= 5, timeout=3, what="silence frames on pause")
+    await asyncio.sleep(1)
+    assert standin.stream()["packets"] == paused["packets"], "packets kept coming while paused"
+    await pause(False)
+    await standin.wait(lambda s: s["packets"] > paused["packets"] + 25, timeout=3, what="the music after resume")
+
+
 @pytest.fixture
 def standin():
     server = StandIn()

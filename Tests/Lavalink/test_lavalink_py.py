@@ -13,7 +13,7 @@ import lavalink
 from lavalink import LoadType
 from lavalink.filters import Timescale
 
-from conftest import CHANNEL, GUILD, PASSWORD, USER
+from conftest import CHANNEL, GUILD, PASSWORD, USER, hear_the_controls, until
 
 
 class Hooks:
@@ -36,15 +36,6 @@ class Hooks:
     @lavalink.listener(lavalink.NodeReadyEvent)
     async def ready(self, event: lavalink.NodeReadyEvent) -> None:
         self.events.append(("ready", event.resumed))
-
-
-async def until(condition, timeout: float = 10) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        await asyncio.sleep(0.1)
-    return False
 
 
 def test_lavalink_py_plays_through_tonearm(node, standin):
@@ -94,28 +85,9 @@ def test_lavalink_py_plays_through_tonearm(node, standin):
             assert len(hooks.updates) - before >= 3, hooks.updates[-6:]
             assert player.position > 500
 
-            # Volume: 50 % is 6 dB down at the stand-in.
-            loud = standin.stream()["level_dbfs"]
-            await player.set_volume(50)
-            quiet = await standin.wait(lambda s: s["level_dbfs"] < loud - 5, timeout=3, what="the volume at 50 %")
-            assert abs(quiet["level_dbfs"] - (loud - 6.02)) < 1.5, (loud, quiet["level_dbfs"])
-            await player.set_volume(100)
-
-            # A filter as Lavalink means it: timescale pitch 1.5 puts 880 Hz at 1,320 Hz.
-            await player.set_filter(Timescale(pitch=1.5))
-            await standin.wait(lambda s: abs((s["dominant_hz"] or 0) - 1320) < 15, timeout=3, what="the pitch filter")
-            await player.clear_filters()
-            await standin.wait(lambda s: abs((s["dominant_hz"] or 0) - 880) < 10, timeout=3, what="the filter removed")
-
-            # Seek, then pause: silence frames, then nothing.
-            await player.seek(20_000)
-            assert await until(lambda: player.position >= 20_000, 3), player.position
-            await player.set_pause(True)
-            paused = await standin.wait(lambda s: s["silence_frames"] >= 5, timeout=3, what="silence frames on pause")
-            await asyncio.sleep(1)
-            assert standin.stream()["packets"] == paused["packets"], "packets kept coming while paused"
-            await player.set_pause(False)
-            await standin.wait(lambda s: s["packets"] > paused["packets"] + 25, timeout=3, what="the music after resume")
+            await hear_the_controls(
+                standin, volume=player.set_volume, pitch=lambda p: player.set_filter(Timescale(pitch=p)),
+                no_filters=player.clear_filters, seek=player.seek, position=lambda: player.position, pause=player.set_pause)
 
             # The WebSocket drops, with resuming off: the session ends with its players, as on
             # Lavalink. lavalink.py connects again at once (without its session's id: its reconnect

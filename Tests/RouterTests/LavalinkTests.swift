@@ -73,17 +73,31 @@ import Testing
 
     @Test func aTrackStartsEndsAndIsReplacedAsLavalinkSaysIt() {
         var tracks = LavalinkPlayer.Tracks(pending: Self.track)
-        #expect(translate(["type": "ready"], &tracks).map(\.type) == ["TrackStartEvent"])
+        #expect(translate(["type": "ready", "play_id": 1], &tracks).map(\.type) == ["TrackStartEvent"])
+        // The same play's `ready` again (it is not a new track) makes nothing.
+        #expect(translate(["type": "ready", "play_id": 1], &tracks).isEmpty)
         // Replaced: the old track ends `replaced`, the new one starts.
         tracks.pending = Self.next
-        let replaced = translate(["type": "finished", "reason": "replaced"], &tracks)
+        let replaced = translate(["type": "finished", "reason": "replaced", "play_id": 1], &tracks)
         #expect(replaced.map(\.reason) == ["replaced"] && replaced.map(\.track) == ["e"])
-        #expect(translate(["type": "ready"], &tracks).map(\.track) == ["n"])
+        #expect(translate(["type": "ready", "play_id": 2], &tracks).map(\.track) == ["n"])
         for (tonearm, lavalink) in [("finished", "finished"), ("stopped", "stopped"), ("cleanup", "cleanup"), ("error", "loadFailed")] {
-            var playing = LavalinkPlayer.Tracks(current: Self.track)
-            #expect(translate(["type": "finished", "reason": tonearm], &playing).map(\.reason) == [lavalink])
+            var playing = LavalinkPlayer.Tracks(current: Self.track, currentPlayID: 7)
+            #expect(translate(["type": "finished", "reason": tonearm, "play_id": 7], &playing).map(\.reason) == [lavalink])
             #expect(playing.current == nil && playing.pending == nil)
         }
+    }
+
+    /// A play stopped just before the client asked for another (its session ended, another took
+    /// the guild): its `finished` is not the end of the track asked for, which then starts.
+    @Test func anOlderPlaysEndDoesNotEndTheTrackAskedFor() {
+        var tracks = LavalinkPlayer.Tracks(pending: Self.next)
+        #expect(translate(["type": "finished", "reason": "stopped", "play_id": 3], &tracks).isEmpty)
+        #expect(translate(["type": "ready", "play_id": 4], &tracks).map(\.track) == ["n"])
+        #expect(translate(["type": "finished", "reason": "stopped", "play_id": 3], &tracks).isEmpty && tracks.current != nil)
+        // A track that never started ends `loadFailed` on its play's error.
+        var failing = LavalinkPlayer.Tracks(pending: Self.next)
+        #expect(translate(["type": "finished", "reason": "error", "play_id": 5], &failing).map(\.reason) == ["loadFailed"])
     }
 
     @Test func aLinkThatCannotBeLoadedEndsLoadFailedAfterItsException() {
@@ -91,7 +105,7 @@ import Testing
         let events = translate(["type": "error", "code": "source_timeout", "message": "m", "url": "http://x"], &tracks)
         #expect(events.map(\.type) == ["TrackExceptionEvent", "TrackEndEvent"] && events.last?.reason == "loadFailed")
         // An engine error while playing: the exception only; `finished` (error) ends it.
-        var playing = LavalinkPlayer.Tracks(current: Self.track)
+        var playing = LavalinkPlayer.Tracks(current: Self.track, currentPlayID: 1)
         #expect(translate(["type": "error", "code": "decode_failed", "message": "m"], &playing).map(\.type) == ["TrackExceptionEvent"])
     }
 

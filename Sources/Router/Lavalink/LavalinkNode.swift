@@ -166,9 +166,11 @@ final class LavalinkNode: Sendable {
         if let token = player.token.withLock({ $0 }) { store.unsubscribe(player.guild, token: token) }
         // A client that connected again without resuming moved its player to its new session: the
         // guild plays on for that one when the old session ends.
-        guard !allSessions.contains(where: { $0.player(player.guild) != nil }) else { return }
+        func heldElsewhere() -> Bool { allSessions.contains { $0.player(player.guild) != nil } }
+        guard !heldElsewhere() else { return }
         _ = voice.leave(player.guild)
-        if player.state.withLock({ $0.current ?? $0.pending }) != nil { _ = try? await run(.stop, on: player.guild) }
+        guard player.state.withLock({ $0.current ?? $0.pending }) != nil, !heldElsewhere() else { return }
+        _ = try? await run(.stop, on: player.guild)
     }
 
     @discardableResult

@@ -23,6 +23,8 @@ final class LavalinkPlayer: ClientSink {
     struct Tracks: Sendable {
         var pending: JSONObject?
         var current: JSONObject?
+        /// The engine's play id of `current` (its `ready`).
+        var currentPlayID: Int?
         /// The voice object last given (`token`, `endpoint`, `sessionId`, `channelId`).
         var voice: JSONObject = ["token": "", "endpoint": "", "sessionId": ""]
         var connected = false
@@ -54,16 +56,26 @@ final class LavalinkPlayer: ClientSink {
         switch event["type"] as? String {
         case "ready":
             // A track the client did not give (the session's own queue moved on) has none to name.
-            guard let track = tracks.pending ?? tracks.current else { return [] }
+            let playID = event["play_id"] as? Int
+            guard playID == nil || playID != tracks.currentPlayID, let track = tracks.pending ?? tracks.current else { return [] }
             tracks.current = track
+            tracks.currentPlayID = playID
             tracks.pending = nil
             return [message("TrackStartEvent", ["track": track])]
         case "finished":
             let reason = event["reason"] as? String ?? "finished"
-            guard let track = reason == "replaced" ? tracks.current : (tracks.current ?? tracks.pending) else { return [] }
-            if reason == "replaced" { tracks.current = nil } else { tracks.current = nil; tracks.pending = nil }
             let lavalinkReason = ["finished": "finished", "stopped": "stopped", "replaced": "replaced", "cleanup": "cleanup"][reason]
-            return [message("TrackEndEvent", ["track": track, "reason": lavalinkReason ?? "loadFailed"])]
+            let playID = event["play_id"] as? Int
+            // The end of the play that started last (by its id), or of a track that never started
+            // (an error); an older play's end (stopped before the track now asked for) is not news.
+            if let current = tracks.current, playID == nil || playID == tracks.currentPlayID {
+                tracks.current = nil
+                tracks.currentPlayID = nil
+                return [message("TrackEndEvent", ["track": current, "reason": lavalinkReason ?? "loadFailed"])]
+            }
+            guard reason == "error", let pending = tracks.pending else { return [] }
+            tracks.pending = nil
+            return [message("TrackEndEvent", ["track": pending, "reason": "loadFailed"])]
         case "error":
             guard let track = tracks.pending ?? tracks.current else { return [] }
             let code = event["code"] as? String ?? "error"

@@ -60,7 +60,7 @@ struct PlayerUpdate: Sendable {
             guard let object = value as? JSONObject else { throw .badRequest("filters must be an object") }
             // Lavalink's volume filter (a factor on top of the player's volume) has no counterpart
             // yet: refused unless it changes nothing, never dropped unheard.
-            if let volume = object["volume"], PlayerUpdate.number(volume) != 1 {
+            if let volume = object["volume"], !(volume is NSNull), PlayerUpdate.number(volume) != 1 {
                 throw .badRequest("filters.volume is not supported by Tonearm yet; use the player's volume (0-1000)")
             }
             let read: Filters
