@@ -123,7 +123,11 @@ final class LavalinkNode: Sendable {
             try await play(track, url: info["uri"] as? String ?? identifier, on: player, noReplace: noReplace)
         }
         if let position = update.position {
-            if case .keep = update.track { try await run(.seek(positionMS: position), on: guild) } else { try await seekOnceStarted(position, on: guild) }
+            switch update.track {
+            case .keep: try await run(.seek(positionMS: position), on: guild)
+            case .stop: break  // nothing plays to be at a position
+            case .play, .identifier: try await seekOnceStarted(position, on: guild)
+            }
         }
         if let volume = update.volume { try await run(.volume(volume), on: guild) }
         // Lavalink's `paused` is a state, not a toggle: the same state again is no change.
