@@ -29,7 +29,7 @@ export TONEARM_MEDIA_DIR ?= $(DEMO_MEDIA)
 # runtime's libraries they use (deploy/smoke-test.sh, TONEARM_IMAGE_BINARIES=host).
 RELEASE := swift build -c release
 
-.PHONY: deps deps-test install-packages build build-release test test-sanitizers test-tsan test-asan run demo-media clean bench bench-smoke bench-smoke-built bench-smoke-rest bench-quality bench-micro deploy-test soak chaos fuzz
+.PHONY: deps deps-test install-packages build build-release test test-sanitizers test-tsan test-tsan-build test-tsan-run test-asan run demo-media clean bench bench-smoke bench-smoke-built bench-smoke-rest bench-quality bench-micro deploy-test soak chaos fuzz
 
 ## Installs the Debian packages and Python tools Tonearm needs to build and run (skipped when all
 ## are present); `deps-test` adds what the tests need.
@@ -119,8 +119,11 @@ test-sanitizers: test-tsan test-asan
 ## the three suites of single-threaded arithmetic once left out for CI's time (TimescaleTests,
 ## LoudnessTests, WireMessageDecoderTests: 226 of 296 s on a slow day) take 20 s, and run here again.
 TSAN_SKIP := PacerTests|aSeekIsNotCountedAsLateFrames|changesWhileTheTicksTakeFramesLoseAndRepeatNothing
-test-tsan: deps-test
+test-tsan: test-tsan-build
+	@$(MAKE) --no-print-directory test-tsan-run
+test-tsan-build: deps-test
 	TONEARM_TSAN=1 $(TESTABLE) $(RELEASE) --build-tests
+test-tsan-run:
 	TSAN_OPTIONS=halt_on_error=1 "$$(TONEARM_TSAN=1 $(TESTABLE) $(RELEASE) --show-bin-path)/tonearmPackageTests.xctest" \
 		--testing-library swift-testing --no-parallel --filter '$(UNIT_TESTS)' --skip '$(TSAN_SKIP)'
 
