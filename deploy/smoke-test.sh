@@ -253,6 +253,15 @@ if compose exec -T bridge python3 -m pytest -q -p no:cacheprovider \
     tests/test_jitter.py tests/test_bot.py >"$WORK/bridge-tests.log" 2>&1; then
   ok "the bot's offline tests pass inside its image: $(tail -1 "$WORK/bridge-tests.log")"
 else fail "the bot's offline tests inside its image: $(tail -15 "$WORK/bridge-tests.log")"; fi
+# tonearm-dave (the `dave` service, in the same profile): up, and the Router connected to its socket.
+linked=""
+for _ in $(seq 30); do
+  linked=$(compose logs router 2>&1 | grep -m1 "connected to tonearm-dave" || true)
+  [ -n "$linked" ] && break
+  sleep 1
+done
+if [ -n "$linked" ]; then ok "tonearm-dave is up and the Router is connected to its socket (DAVE for its voice connections)"
+else fail "the Router never connected to tonearm-dave: $(compose logs --tail 10 dave 2>&1 | tail -5)"; fi
 
 step "the Router serving TLS itself (docker-compose.tls.yml, a certificate from a test authority)"
 tls=$WORK/tls
@@ -288,7 +297,7 @@ took=$(python3 -c "print(round($(date +%s.%N) - $started, 1))")
 python3 -c "import sys; sys.exit(0 if $took < 10 else 1)" && ok "both stopped in $took s" || fail "stopping took $took s"
 # When each service ended, counted from the stop: the services stop in reverse order of their
 # dependencies (the bot and Caddy, then the Router, then the engine), so a slow one shows here.
-for service in bridge https hls-cache router engine; do
+for service in bridge dave https hls-cache router engine; do
   id=$(compose ps -q "$service" 2>/dev/null || true)
   [ -n "$id" ] || continue
   if [ "$podman_mode" = 1 ]; then finished=$(podman inspect -f '{{.State.FinishedAt}}' "$id" 2>/dev/null || true)
@@ -296,7 +305,7 @@ for service in bridge https hls-cache router engine; do
   at=$(date -d "${finished% UTC}" +%s.%N 2>/dev/null) && at=$(python3 -c "print(round($at - $started, 1))") || at="?"
   echo "     $service ended $at s after the stop began"
 done
-for service in engine router hls-cache https bridge; do
+for service in engine router hls-cache https bridge dave; do
   id=$(compose ps -q "$service")
   if [ "$podman_mode" = 1 ]; then code=$(podman inspect -f '{{.State.ExitCode}}' "$id" 2>/dev/null || echo "?")
   else code=$(docker inspect -f '{{.State.ExitCode}}' "$id" 2>/dev/null || echo "?"); fi

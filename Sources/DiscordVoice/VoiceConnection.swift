@@ -7,8 +7,12 @@
 // frames (the Router, on `eventLoop`) and goes straight to UDP: the frames are already paced by
 // the engine. The owner calls `tick(now:)` every 20 ms for the silence frames.
 //
-// DAVE is not spoken yet: Identify offers `max_dave_protocol_version` 0, and a server that
-// requires DAVE closes with 4017, which ends the connection (reported, not retried).
+// DAVE, when the Router has a link to tonearm-dave (`DaveSidecar`): Identify offers protocol
+// version 1, and once a Session Description says DAVE the connection opens a DAVE session there,
+// hands it the gateway's DAVE messages (binary ops 25, 27, 29, 30; JSON ops 21, 22, 24), sends
+// what it answers (ops 26, 28 binary; 23, 31 JSON), and sends each frame as it comes back
+// encrypted (none while the group is not ready). Without the link Identify offers version 0, and
+// a server that requires DAVE closes with 4017, which ends the connection (reported, not retried).
 import Foundation
 import HummingbirdWSClient
 import Logging
@@ -35,8 +39,8 @@ public final class VoiceConnection: Sendable {
     let media = Mutex(Media())
     /// Where IP discovery's answers go while one is awaited.
     let discoveryReplies = Mutex<AsyncStream<ByteBuffer>.Continuation?>(nil)
-    /// The current socket's queue of text messages, while there is a socket.
-    private let outgoing = Mutex<AsyncStream<String>.Continuation?>(nil)
+    /// The current socket's queue of messages, while there is a socket.
+    private let outgoing = Mutex<AsyncStream<Outgoing>.Continuation?>(nil)
     /// The current socket's heartbeats.
     private let heartbeats = Mutex<Task<Void, Never>?>(nil)
     /// Set when this side decided the socket must end (a reconnect, a failure).
@@ -53,21 +57,52 @@ public final class VoiceConnection: Sendable {
         case stop(VoiceConnectionState)
     }
 
+    private enum Outgoing: Sendable {
+        case text(String)
+        case binary([UInt8])
+        /// End the socket (after `control` says what comes next).
+        case close
+    }
+
+    /// DAVE's process and this connection's id there, when the Router has one.
+    private let dave: (sidecar: DaveSidecar, id: UInt32)?
+    /// What the frames need (`DaveNeed`'s raw value): nothing, the DAVE session first, or
+    /// nothing can be sent (the call needs DAVE and its session is gone).
+    private let daveNeed = Atomic<UInt8>(DaveNeed.none.rawValue)
+
+    private enum DaveNeed: UInt8 {
+        case none, session, unavailable
+    }
+
     /// The loop of the UDP socket: frames handed over on it are written without a hop.
     public let eventLoop: any EventLoop
 
     /// `tls` checks the voice server's certificate (the system's roots unless a test gives its own).
     public init(
         credentials: VoiceCredentials, tls: TLSConfiguration = .makeClientConfiguration(),
-        eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.next(), logger: Logger,
-        report: @escaping @Sendable (VoiceConnectionState) -> Void
+        eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.next(), dave sidecar: DaveSidecar? = nil,
+        logger: Logger, report: @escaping @Sendable (VoiceConnectionState) -> Void
     ) {
         self.eventLoop = eventLoop
         self.credentials = credentials
+        // A socket the voice server closed is done with: waiting up to NIOSSL's 5 s for its TLS
+        // close_notify held a resume after a 4015 back by exactly 5 s (1 run in about 10 against
+        // the stand-in, 2026-11-27).
+        var tls = tls
+        tls.shutdownTimeout = .milliseconds(200)
         self.tls = tls
         self.logger = logger
         self.report = report
-        self.machine = Mutex(VoiceGatewayMachine(credentials: credentials, maxDaveProtocolVersion: 0))
+        self.machine = Mutex(VoiceGatewayMachine(credentials: credentials, maxDaveProtocolVersion: sidecar?.maxProtocolVersion ?? 0))
+        // The sidecar's handler holds the connection weakly: the sidecar outlives it.
+        let box = WeakConnection()
+        self.dave = sidecar.map { sidecar in (sidecar, sidecar.attach { [box] message in box.connection?.heard(message) }) }
+        box.connection = self
+    }
+
+    private final class WeakConnection: @unchecked Sendable {
+        // @unchecked: set once in init, before the sidecar can call it; read only after.
+        weak var connection: VoiceConnection?
     }
 
     /// The address the voice gateway answers at: Discord hands `host:port` (or a bare host).
@@ -82,6 +117,20 @@ public final class VoiceConnection: Sendable {
     }
 
     public func send(opus: [UInt8]) {
+        switch DaveNeed(rawValue: daveNeed.load(ordering: .relaxed)) {
+        case .session:
+            guard let dave else { return }
+            dave.sidecar.encrypt(dave.id, frame: opus) { [weak self] sealed in
+                if let sealed { self?.sendNow(opus: sealed) }
+            }
+        case .unavailable:
+            return  // a call that needs DAVE hears no plain frame
+        default:
+            sendNow(opus: opus)
+        }
+    }
+
+    private func sendNow(opus: [UInt8]) {
         let now = ContinuousClock.now
         let (output, ssrc, channel, remote) = media.withLock { media -> (VoiceSender.Output, UInt32, (any Channel)?, SocketAddress?) in
             // Optional chaining mutates the sender in place (a copy costs its arrays' retains).
@@ -104,7 +153,26 @@ public final class VoiceConnection: Sendable {
             return media.channel
         }
         try? await channel?.close()
+        if let dave { dave.sidecar.detach(dave.id) }
         report(final)
+    }
+
+    /// What DAVE's process says to this connection.
+    private func heard(_ message: DaveSidecar.Message) {
+        switch message {
+        case .sendBinary(let bytes):
+            _ = outgoing.withLock { $0?.yield(.binary(bytes)) }
+        case .sendText(let text):
+            say(text)
+        case .state(let ready, let code):
+            logger.info("DAVE", metadata: ["guild": "\(credentials.guildID)", "ready": "\(ready)", "privacy_code": "\(code ?? "-")"])
+        case .lost:
+            // The DAVE session is gone: the call cannot be heard until a new one is made, which
+            // takes a new Identify; the connection ends and says why.
+            daveNeed.store(DaveNeed.unavailable.rawValue, ordering: .relaxed)
+            control.withLock { $0 = .stop(.disconnected(code: nil, reason: "DAVE's process beside the Router went away")) }
+            _ = outgoing.withLock { $0?.yield(.close) }
+        }
     }
 
     /// The silence frames once the audio has stopped: called every 20 ms by the owner.
@@ -131,12 +199,16 @@ public final class VoiceConnection: Sendable {
     }
 
     private func say(_ text: String) {
-        _ = outgoing.withLock { $0?.yield(text) }
+        _ = outgoing.withLock { $0?.yield(.text(text)) }
     }
 
     /// Sockets, one after the other, until the machine gives up or the task is cancelled.
     private func connectUntilDone() async -> VoiceConnectionState? {
         while !Task.isCancelled {
+            // DAVE lost between two sockets: a resume would bring the call back without it.
+            if daveNeed.load(ordering: .relaxed) == DaveNeed.unavailable.rawValue {
+                return .disconnected(code: nil, reason: "DAVE's process beside the Router went away")
+            }
             control.withLock { $0 = nil }
             var closeCode: Int?
             var dropped = true
@@ -187,19 +259,29 @@ public final class VoiceConnection: Sendable {
 
     /// One socket: its writer, its heartbeats, and its messages fed to the machine.
     private func converse(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter) async throws {
-        let (texts, continuation) = AsyncStream<String>.makeStream()
+        let (messages, continuation) = AsyncStream<Outgoing>.makeStream()
         outgoing.withLock { $0 = continuation }
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
-                for await text in texts { try await outbound.write(.text(text)) }
+                for await message in messages {
+                    switch message {
+                    case .text(let text): try await outbound.write(.text(text))
+                    case .binary(let bytes): try await outbound.write(.binary(ByteBuffer(bytes: bytes)))
+                    case .close: try? await outbound.close(.unknown(4900), reason: "DAVE lost")
+                    }
+                }
             }
             defer { heartbeats.withLock { $0?.cancel(); $0 = nil } }
             try await perform(machine.withLock { $0.handle(.opened) }, outbound: outbound)
             for try await message in inbound.messages(maxSize: 1 << 20) {
                 let events: [VoiceGatewayMachine.Event]
                 switch message {
-                case .text(let text): events = VoiceGatewayMessages.events(fromText: text)
-                case .binary(let bytes): events = VoiceGatewayMessages.sequence(ofBinary: bytes.readableBytesView).map { [.sequence($0)] } ?? []
+                case .text(let text):
+                    events = VoiceGatewayMessages.events(fromText: text)
+                    if let dave, VoiceGatewayMessages.isDave(text: text) { dave.sidecar.forward(dave.id, text: text) }
+                case .binary(let bytes):
+                    events = VoiceGatewayMessages.sequence(ofBinary: bytes.readableBytesView).map { [.sequence($0)] } ?? []
+                    if let dave { dave.sidecar.forward(dave.id, binary: Array(bytes.readableBytesView)) }
                 }
                 for event in events {
                     if case .unreadable(let why) = event {
@@ -241,7 +323,22 @@ public final class VoiceConnection: Sendable {
                     media.sender = try? VoiceSender(session: session)
                     return false
                 }
-                logger.info("voice connected", metadata: ["guild": "\(credentials.guildID)", "ssrc": "\(session.ssrc)", "mode": "\(session.mode.rawValue)", "resumed": "\(kept)"])
+                if let dave, !kept {
+                    // A new session: DAVE's session is made again for it (or dropped).
+                    let wanted = session.daveProtocolVersion > 0
+                    let opened = wanted && dave.sidecar.open(
+                        dave.id, userID: credentials.userID, channelID: credentials.channelID, protocolVersion: session.daveProtocolVersion)
+                    let need: DaveNeed = !wanted ? .none : opened ? .session : .unavailable
+                    daveNeed.store(need.rawValue, ordering: .relaxed)
+                    if wanted && !opened {
+                        // Nobody in a DAVE call could hear plain frames: end, and say why.
+                        logger.warning("DAVE asked for, but tonearm-dave is not reachable", metadata: ["guild": "\(credentials.guildID)"])
+                        control.withLock { $0 = .stop(.disconnected(code: nil, reason: "the call needs DAVE, and tonearm-dave is not reachable")) }
+                        try? await outbound.close(.normalClosure, reason: nil)
+                        continue
+                    }
+                }
+                logger.info("voice connected", metadata: ["guild": "\(credentials.guildID)", "ssrc": "\(session.ssrc)", "mode": "\(session.mode.rawValue)", "resumed": "\(kept)", "dave": "\(session.daveProtocolVersion)"])
                 report(.connected(ssrc: session.ssrc, mode: session.mode))
             case .reconnect(_, let after):
                 control.withLock { $0 = .reconnect(after: after) }

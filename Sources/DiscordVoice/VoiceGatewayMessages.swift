@@ -81,6 +81,15 @@ public enum VoiceGatewayMessages {
         return events
     }
 
+    /// Whether a server message is one of DAVE's JSON messages (ops 21 prepare transition, 22
+    /// execute transition, 24 prepare epoch), which go to the DAVE session as they are.
+    public static func isDave(text: String) -> Bool {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any],
+              let op = integer(object["op"])
+        else { return false }
+        return [21, 22, 24].contains(op)
+    }
+
     /// The sequence number of a binary message (DAVE's: the first two bytes, big-endian).
     public static func sequence(ofBinary bytes: some Collection<UInt8>) -> Int? {
         var iterator = bytes.makeIterator()

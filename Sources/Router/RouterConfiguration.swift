@@ -48,6 +48,9 @@ package struct RouterConfiguration: Sendable {
     /// A PEM file of the certificate authorities Discord voice servers are checked against (the
     /// system's when nil): tests name their stand-in voice server's.
     var voiceTrustRoots: String?
+    /// tonearm-dave's Unix socket (TONEARM_DAVE_SOCKET): DAVE for the Router's own voice
+    /// connections. Without it they offer no DAVE, and Discord refuses them (4017).
+    var daveSocket: String?
     /// Lavalink v4's API under `/v4` (docs/lavalink.md), served when a password is set.
     var lavalinkPassword: String?
     /// How often Lavalink clients get each player's `playerUpdate` (Lavalink's default, 5 s).
@@ -117,6 +120,7 @@ package struct RouterConfiguration: Sendable {
             }
             voiceTrustRoots = value
         }
+        if let value = environment["TONEARM_DAVE_SOCKET"], !value.isEmpty { daveSocket = value }
         if let value = environment["TONEARM_TLS_KEY"], !value.isEmpty { tlsKeyPath = value }
         if (tlsCertificatePath == nil) != (tlsKeyPath == nil) {
             throw RouterConfigurationError(

@@ -75,7 +75,8 @@ package enum RouterService {
         api.relay = relay
         let hls = HLSOutput(store: store)
         api.hls = hls
-        let voice = VoiceConnections(store: store, trustRoots: configuration.voiceTrustRoots, logger: logger)
+        let voice = VoiceConnections(
+            store: store, trustRoots: configuration.voiceTrustRoots, daveSocket: configuration.daveSocket, logger: logger)
         api.voice = voice
         let lavalink = configuration.lavalinkPassword.map {
             LavalinkNode(

@@ -3,6 +3,7 @@
 import AsyncHTTPClient
 import Foundation
 import NIOCore
+import NIOHTTP1
 import TestSupport
 import Testing
 import WireProtocol
@@ -476,6 +477,13 @@ func milliseconds(_ duration: Duration) -> Double {
 enum HTTPClientText {
     static func get(_ url: String) async throws -> String {
         let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: url), timeout: .seconds(10))
+        return String(buffer: try await response.body.collect(upTo: 1 << 20))
+    }
+
+    static func post(_ url: String) async throws -> String {
+        var request = HTTPClientRequest(url: url)
+        request.method = .POST
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
         return String(buffer: try await response.body.collect(upTo: 1 << 20))
     }
 }

@@ -6,13 +6,19 @@ modes). It is the judge of Tonearm's voice connection: it opens every packet as 
 keeps what a listener in the call would notice: the tone, the sequence and timestamp continuity,
 the silence frames, Speaking, the packet intervals.
 
-What it does not do: DAVE. With --dave-required it refuses (4017) an Identify that offers no DAVE
-protocol version, as Discord has done since 2026-03-02; it does not take part in an MLS group.
+DAVE (--dave): a client that offers DAVE gets protocol version 1 in its Session Description and
+takes part in the call's MLS group, which the stand-in runs as Discord's voice server does, with a
+listener of its own in the call that opens every DAVE frame (`dave_standin.py`). The report then
+says per stream how many frames were opened with DAVE, arrived plain, or could not be opened.
+With --dave-required it refuses (4017) an Identify that offers no DAVE protocol version, as
+Discord has done since 2026-03-02.
 
 --authority DIR shares one certificate authority among stand-ins (the server a call moves to).
 Prints one JSON line when ready: {"ws_port", "udp_port", "control_port", "ca"}. The control API
 (plain HTTP on loopback): GET /report, POST /close?code=N (closes the voice sockets with N; 4006
-also forgets their sessions, so a resume is refused), POST /reset (forgets the packets heard).
+also forgets their sessions, so a resume is refused), POST /reset (forgets the packets heard),
+POST /channel?server_id=G&channel_id=C (the voice channel of guild G's call, the DAVE group's id;
+by default the guild id), POST /listener?server_id=G&user_id=U (another listener joins G's call).
 """
 import argparse
 import asyncio
@@ -39,8 +45,11 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.x509.oid import NameOID
 import discord.opus
 
+import dave_standin
+
 parser = argparse.ArgumentParser()
 parser.add_argument("--modes", default="aead_aes256_gcm_rtpsize,aead_xchacha20_poly1305_rtpsize")
+parser.add_argument("--dave", action="store_true", help="take part in DAVE with clients that offer it")
 parser.add_argument("--dave-required", action="store_true")
 parser.add_argument("--heartbeat-ms", type=float, default=13750.0)
 parser.add_argument("--token", default="voice-token", help="the only token Identify and Resume may carry")
@@ -109,6 +118,8 @@ class Session:
         self.key = None
         self.aes = None
         self.socket = None
+        self.call = None            # the DAVE call, once the Session Description said DAVE
+        self.user_id = int(identify.get("user_id") or 0)
 
 
 class Judge:
@@ -119,12 +130,15 @@ class Judge:
         self.sessions = {}          # session_id -> Session
         self.by_ssrc = {}
         self.sockets = set()
+        self.channels = {}          # server_id -> channel id (DAVE's group id)
+        self.calls = {}             # server_id -> dave_standin.Call
         self.events = []            # {"t", "kind", …}
         self.reset()
 
     def reset(self):
         with self.lock:
             self.packets = {}       # ssrc -> [(arrival, sequence, timestamp, counter, is_silence)]
+            self.dave = {}          # ssrc -> {"dave", "plain", "failed"}: frames opened with DAVE, or not
             self.unopened = 0
             self.pcm = {}           # ssrc -> [numpy int16 stereo frames]
             self.decoders = {}
@@ -151,6 +165,12 @@ class Judge:
             except Exception:
                 self.unopened += 1
                 return
+            if session.call is not None and opus != SILENCE:
+                kind, opus = session.call.open_frame(session.user_id, opus)
+                counts = self.dave.setdefault(ssrc, {"dave": 0, "plain": 0, "failed": 0})
+                counts[kind] += 1
+                if kind == "failed":
+                    return
             self.packets.setdefault(ssrc, []).append(
                 (arrival, sequence, timestamp, struct.unpack(">I", counter)[0], opus == SILENCE))
             if not args.count_only:
@@ -185,6 +205,7 @@ class Judge:
                     "gap_ms_max": max(gaps) if gaps else None,
                     "dominant_hz": dominant(frames[-100:]),
                     "level_dbfs": level(frames[-25:]),
+                    "dave": self.dave.get(ssrc),
                     "first_at": packets[0][0],
                     "last_at": packets[-1][0],
                 }
@@ -204,6 +225,7 @@ class Judge:
                 "sessions": {k: {"ssrc": s.ssrc, "mode": s.mode} for k, s in self.sessions.items()},
                 "events": self.events,
                 "open_sockets": len(self.sockets),
+                "calls": {server: call.report() for server, call in self.calls.items()},
             }
 
 
@@ -263,9 +285,34 @@ async def voice_socket(request):
         seq += 1
         await socket.send_str(json.dumps({"op": op, "d": data, "seq": seq}))
 
+    async def send_binary(op, payload):
+        nonlocal seq
+        seq += 1
+        if not socket.closed:
+            await socket.send_bytes(struct.pack(">HB", seq & 0xFFFF, op) + payload)
+
+    async def send_json(op, data):
+        if not socket.closed:
+            await send(op, data)
+
+    def member(session):
+        return dave_standin.Member(session.user_id, send_binary, send_json)
+
     await send(8, {"heartbeat_interval": args.heartbeat_ms})
     try:
         async for message in socket:
+            if message.type == WSMsgType.BINARY:
+                # DAVE's binary messages from a member: u8 opcode, then the payload.
+                data = message.data
+                if session is None or session.call is None or not data:
+                    await socket.close(code=4001, message=b"Unknown opcode")
+                    break
+                judge.note("dave_binary", op=data[0], size=len(data))
+                if data[0] == dave_standin.KEY_PACKAGE:
+                    await session.call.key_package(session.user_id, data[1:])
+                elif data[0] == dave_standin.COMMIT_WELCOME:
+                    await session.call.commit_welcome(session.user_id, data[1:])
+                continue
             if message.type != WSMsgType.TEXT:
                 continue
             payload = json.loads(message.data)
@@ -295,7 +342,15 @@ async def voice_socket(request):
                 # The UDP thread reads the key last: everything it needs is set before it.
                 session.mode, session.aes = mode, AESGCM(key)
                 session.key = key
-                await send(4, {"mode": mode, "secret_key": list(session.key), "dave_protocol_version": 0})
+                dave = args.dave and (session.identify.get("max_dave_protocol_version") or 0) >= dave_standin.PROTOCOL_VERSION
+                await send(4, {"mode": mode, "secret_key": list(session.key),
+                               "dave_protocol_version": dave_standin.PROTOCOL_VERSION if dave else 0})
+                if dave:
+                    server = str(session.identify.get("server_id"))
+                    if server not in judge.calls:
+                        judge.calls[server] = dave_standin.Call(int(judge.channels.get(server, server)))
+                    session.call = judge.calls[server]
+                    await session.call.joined(member(session))
             elif op == 3:
                 judge.note("heartbeat", seq_ack=data.get("seq_ack"))
                 await send(6, {"t": data.get("t")})
@@ -309,6 +364,13 @@ async def voice_socket(request):
                     break
                 session.socket = socket
                 await send(9, None)
+                if session.call is not None:
+                    session.call.members[session.user_id] = member(session)
+            elif op == dave_standin.TRANSITION_READY and session is not None and session.call is not None:
+                judge.note("transition_ready", transition_id=data.get("transition_id"))
+                await session.call.transition_ready(session.user_id, int(data.get("transition_id") or 0))
+            elif op == dave_standin.INVALID_COMMIT_WELCOME:
+                judge.note("invalid_commit_welcome", transition_id=data.get("transition_id"))
             else:
                 await socket.close(code=4001, message=b"Unknown opcode")
                 break
@@ -338,6 +400,19 @@ async def reset(request):
     return web.json_response({"reset": True})
 
 
+async def channel(request):
+    judge.channels[request.query["server_id"]] = int(request.query["channel_id"])
+    return web.json_response({"channel": request.query["channel_id"]})
+
+
+async def listener(request):
+    call = judge.calls.get(request.query["server_id"])
+    if call is None:
+        return web.json_response({"error": "no DAVE call for that guild"}, status=404)
+    call.join_listener(int(request.query["user_id"]))
+    return web.json_response({"joined": request.query["user_id"]})
+
+
 async def main():
     global udp_port
     paths = certificates(args.authority or tempfile.mkdtemp(prefix="tonearm-voice-ca-"))
@@ -359,6 +434,8 @@ async def main():
     control.router.add_get("/report", report)
     control.router.add_post("/close", close)
     control.router.add_post("/reset", reset)
+    control.router.add_post("/channel", channel)
+    control.router.add_post("/listener", listener)
     control_runner = web.AppRunner(control)
     await control_runner.setup()
     control_site = web.TCPSite(control_runner, "127.0.0.1", 0)

@@ -22,6 +22,8 @@ final class VoiceConnections: Sendable {
     private let store: SessionStore
     private let tls: TLSConfiguration
     private let logger: Logger
+    /// DAVE's process beside the pair, when configured (TONEARM_DAVE_SOCKET).
+    let dave: DaveSidecar?
     private let running = Mutex<[SessionID: Entry]>([:])
     private let generations = Atomic<UInt64>(0)
 
@@ -33,8 +35,9 @@ final class VoiceConnections: Sendable {
 
     /// `trustRoots`: a PEM file of the certificate authorities voice servers are checked against
     /// (the system's when nil; tests name their stand-in's).
-    init(store: SessionStore, trustRoots: String?, logger: Logger) {
+    init(store: SessionStore, trustRoots: String?, daveSocket: String? = nil, logger: Logger) {
         self.store = store
+        self.dave = daveSocket.map { DaveSidecar(path: $0, logger: logger) }
         var tls = TLSConfiguration.makeClientConfiguration()
         if let trustRoots { tls.trustRoots = .file(trustRoots) }
         self.tls = tls
@@ -56,7 +59,7 @@ final class VoiceConnections: Sendable {
     func connect(_ id: SessionID, credentials: VoiceCredentials) {
         guard running.withLock({ $0[id]?.connection.credentials }) != credentials else { return }
         let generation = generations.add(1, ordering: .relaxed).newValue
-        let connection = VoiceConnection(credentials: credentials, tls: tls, logger: logger) { [weak self] state in
+        let connection = VoiceConnection(credentials: credentials, tls: tls, dave: dave, logger: logger) { [weak self] state in
             self?.changed(id, generation: generation, to: state)
         }
         let task = Task { [store] in
@@ -144,8 +147,10 @@ struct VoiceService: Service {
 
     func run() async throws {
         let clock = Task { await voice.tick() }
+        let dave = Task { [sidecar = voice.dave] in await sidecar?.run() }
         try? await gracefulShutdown()
         clock.cancel()
+        dave.cancel()
         await voice.stopAll()
     }
 }

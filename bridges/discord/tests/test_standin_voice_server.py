@@ -6,7 +6,10 @@ TLS, IP discovery, Select Protocol, Session Description, heartbeats), its `Voice
 events it would deliver (VOICE_STATE_UPDATE, VOICE_SERVER_UPDATE) are handed in directly.
 
 So the stand-in speaks what a real client speaks, and a real client's packets pass its checks:
-the tone, the sequence and timestamp continuity, the nonce counters, Speaking."""
+the tone, the sequence and timestamp continuity, the nonce counters, Speaking. With DAVE, the
+stand-in plays Discord's part of the MLS group (`Tests/Fixtures/dave_standin.py`): discord.py's
+davey session joins the stand-in's group by its welcome, commits a later listener's addition
+itself, and every frame it sends is opened by the stand-in's listeners."""
 
 from __future__ import annotations
 
@@ -77,36 +80,56 @@ def tone_frames(frequency: float, count: int) -> list[bytes]:
     return frames
 
 
+def control(ready: dict, path: str) -> dict:
+    request = urllib.request.Request(f"http://127.0.0.1:{ready['control_port']}{path}", method="POST")
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return json.load(response)
+
+
+def run_voice_client(ready: dict, frames: list[bytes], *, midway=None) -> None:
+    """discord.py's voice client connects to the stand-in, waits for DAVE when the call has it,
+    and sends `frames` paced at 20 ms; `midway()` runs (on the event loop) after half of them."""
+
+    async def scenario() -> None:
+        client = discord.Client(intents=discord.Intents.none())
+        client.loop = asyncio.get_running_loop()  # set by login(), which needs Discord
+        client._connection.user = SimpleNamespace(id=USER)  # set by the main gateway's READY
+        trust = ssl.create_default_context(cafile=ready["ca"])
+        client.http._HTTPClient__session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=trust))
+        guild = SimpleNamespace(id=GUILD, me=None)
+        voice = DirectVoiceClient(client, SimpleNamespace(id=CHANNEL, guild=guild))
+        voice.endpoint = f"localhost:{ready['ws_port']}"
+        voice.loop = client.loop  # the client's connection state's loop, also set by login()
+        try:
+            await voice.connect(reconnect=False, timeout=15, self_deaf=False, self_mute=False)
+            assert voice.is_connected()
+            state = voice._connection
+            if state.dave_protocol_version:
+                deadline = time.monotonic() + 10
+                while not state.can_encrypt and time.monotonic() < deadline:
+                    await asyncio.sleep(0.02)
+                assert state.can_encrypt, "discord.py's DAVE session never became ready"
+            await state.ws.speak(True)
+            start = time.perf_counter()
+            for n, frame in enumerate(frames):
+                voice.send_audio_packet(frame, encode=False)
+                if midway is not None and n == len(frames) // 2:
+                    await asyncio.get_running_loop().run_in_executor(None, midway)
+                await asyncio.sleep(max(0.0, start + (n + 1) * 0.02 - time.perf_counter()))
+            await asyncio.sleep(1.2)  # two heartbeats at least
+        finally:
+            await voice._connection.disconnect(force=True, cleanup=False)
+            await client.http._HTTPClient__session.close()
+
+    asyncio.run(scenario())
+
+
 def test_discord_pys_voice_client_is_heard_by_the_stand_in():
     process = subprocess.Popen([sys.executable, str(STANDIN), "--heartbeat-ms", "500"], stdout=subprocess.PIPE)
     try:
         ready = json.loads(process.stdout.readline())
-        frames = tone_frames(440, 150)
+        run_voice_client(ready, tone_frames(440, 150))
 
-        async def scenario() -> None:
-            client = discord.Client(intents=discord.Intents.none())
-            client.loop = asyncio.get_running_loop()  # set by login(), which needs Discord
-            client._connection.user = SimpleNamespace(id=USER)  # set by the main gateway's READY
-            trust = ssl.create_default_context(cafile=ready["ca"])
-            client.http._HTTPClient__session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=trust))
-            guild = SimpleNamespace(id=GUILD, me=None)
-            voice = DirectVoiceClient(client, SimpleNamespace(id=CHANNEL, guild=guild))
-            voice.endpoint = f"localhost:{ready['ws_port']}"
-            voice.loop = client.loop  # the client's connection state's loop, also set by login()
-            try:
-                await voice.connect(reconnect=False, timeout=15, self_deaf=False, self_mute=False)
-                assert voice.is_connected()
-                await voice._connection.ws.speak(True)
-                start = time.perf_counter()
-                for n, frame in enumerate(frames):
-                    voice.send_audio_packet(frame, encode=False)
-                    await asyncio.sleep(max(0.0, start + (n + 1) * 0.02 - time.perf_counter()))
-                await asyncio.sleep(1.2)  # two heartbeats at least
-            finally:
-                await voice._connection.disconnect(force=True, cleanup=False)
-                await client.http._HTTPClient__session.close()
-
-        asyncio.run(scenario())
         heard = report(ready)
         kinds = [event["kind"] for event in heard["events"]]
         assert kinds[:4] == ["open", "identify", "discovery", "select"], kinds
@@ -123,6 +146,35 @@ def test_discord_pys_voice_client_is_heard_by_the_stand_in():
         assert stream["packets"] >= 145, stream
         assert stream["sequence_breaks"] == 0 and stream["timestamp_breaks"] == 0, stream
         assert stream["counters_in_order"], stream
+        assert abs(stream["dominant_hz"] - 440) < 10, stream
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_discord_pys_dave_session_takes_part_in_the_stand_ins_group():
+    """DAVE both ways: discord.py (davey) joins the group the stand-in's listener founded, by the
+    welcome it is sent (op 30); a second listener joins midway, and discord.py commits that
+    addition itself (op 28, relayed as op 29). Every frame is opened by a listener, none plain."""
+    process = subprocess.Popen([sys.executable, str(STANDIN), "--heartbeat-ms", "500", "--dave", "--dave-required"],
+                               stdout=subprocess.PIPE)
+    try:
+        ready = json.loads(process.stdout.readline())
+        control(ready, f"/channel?server_id={GUILD}&channel_id={CHANNEL}")
+        run_voice_client(ready, tone_frames(440, 250),
+                         midway=lambda: control(ready, f"/listener?server_id={GUILD}&user_id=900000000000000002"))
+        heard = report(ready)
+        assert heard["unopened"] == 0
+        call = heard["calls"][str(GUILD)]
+        commits = [event for event in call["events"] if event["kind"] == "commit"]
+        assert [c["committer"] for c in commits] == [None, USER], call["events"]
+        assert commits[0]["added"] == [USER] and commits[1]["added"] == [900000000000000002], commits
+        assert call["epoch"] == 2 and len(call["in_group"]) == 3, call
+        assert sum(1 for event in call["events"] if event["kind"] == "executed") == 2, call["events"]
+        (stream,) = heard["streams"].values()
+        assert stream["dave"]["plain"] == 0 and stream["dave"]["failed"] == 0, stream
+        assert stream["dave"]["dave"] >= 245, stream
+        assert stream["sequence_breaks"] == 0, stream
         assert abs(stream["dominant_hz"] - 440) < 10, stream
     finally:
         process.kill()
