@@ -37,6 +37,9 @@ public final class DaveSidecar: Sendable {
     private let group: any EventLoopGroup
     private let state = Mutex(State())
     private let ids = Atomic<UInt32>(0)
+    /// Set while a flush is queued on the socket's loop (read and written only there): the
+    /// frames of one 20 ms tick (one per guild) go out in one write.
+    private let flushQueued = Atomic<Bool>(false)
 
     struct State {
         var channel: (any Channel)?
@@ -153,7 +156,19 @@ public final class DaveSidecar: Sendable {
         buffer.writeInteger(kind.rawValue)
         buffer.writeInteger(id)
         buffer.writeBytes(payload)
-        channel.writeAndFlush(buffer, promise: nil)
+        let loop = channel.eventLoop
+        // On the loop: the write, and a flush queued behind it unless one is queued already (a
+        // flag read off the loop could miss a write that lands after a queued flush ran).
+        let written = { [self] in
+            channel.write(buffer, promise: nil)
+            guard !flushQueued.load(ordering: .relaxed) else { return }
+            flushQueued.store(true, ordering: .relaxed)
+            loop.execute {
+                self.flushQueued.store(false, ordering: .relaxed)
+                channel.flush()
+            }
+        }
+        if loop.inEventLoop { written() } else { loop.execute(written) }
     }
 
     /// The socket ended: every frame waiting is dropped, every opened session hears `.lost`.

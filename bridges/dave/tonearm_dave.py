@@ -58,14 +58,18 @@ class Voice:
 
 
 class Link:
-    """The Router's connection: what it asks, answered on the same stream in order."""
+    """The Router's connection: what it asks, answered on the same stream in order. Answers are
+    gathered in `out` and written once per read (many frames arrive together: one per guild each
+    20 ms)."""
 
     def __init__(self, writer: asyncio.StreamWriter):
         self.writer = writer
         self.voices: dict[int, Voice] = {}
+        self.out = bytearray()
 
     def put(self, kind: int, connection: int, payload: bytes) -> None:
-        self.writer.write(struct.pack(">IBI", 5 + len(payload), kind, connection) + payload)
+        self.out += struct.pack(">IBI", 5 + len(payload), kind, connection)
+        self.out += payload
 
     def send_binary(self, connection: int, op: int, data: bytes) -> None:
         self.put(SEND_BINARY, connection, bytes([op]) + data)
@@ -167,18 +171,30 @@ class Link:
 async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     link = Link(writer)
     log.debug("a connection")  # the Router's, or a health check's
+    buffer = bytearray()
     try:
         while True:
-            header = await reader.readexactly(4)
-            length = struct.unpack(">I", header)[0]
-            if length < 5 or length > MAX_MESSAGE:
-                log.warning("a message of %d bytes: closing the Router's connection", length)
+            data = await reader.read(1 << 16)
+            if not data:
                 break
-            body = await reader.readexactly(length)
-            kind, connection = struct.unpack_from(">BI", body)
-            link.handle(kind, connection, body[5:])
-            await writer.drain()
-    except (asyncio.IncompleteReadError, ConnectionError):
+            buffer += data
+            # Every complete message read so far, then one write of all the answers.
+            offset = 0
+            while len(buffer) - offset >= 4:
+                length = struct.unpack_from(">I", buffer, offset)[0]
+                if length < 5 or length > MAX_MESSAGE:
+                    raise ValueError(f"a message of {length} bytes")
+                if len(buffer) - offset - 4 < length:
+                    break
+                kind, connection = struct.unpack_from(">BI", buffer, offset + 4)
+                link.handle(kind, connection, bytes(buffer[offset + 9:offset + 4 + length]))
+                offset += 4 + length
+            del buffer[:offset]
+            if link.out:
+                writer.write(link.out)
+                link.out = bytearray()
+                await writer.drain()
+    except ConnectionError:
         pass
     except (ValueError, KeyError, TypeError) as error:
         log.warning("an unreadable message: closing the Router's connection: %s", error)
