@@ -1,16 +1,20 @@
 """The reference bot's second mode (``TONEARM_VOICE=tonearm``): the bot forwards the two voice
 events of Discord's main gateway and Tonearm sends the guild's audio to the voice server itself.
-Played through the stand-in voice server (Tests/Fixtures/voice_server.py) with the real engine
-and Router: the stand-in hears the guild's tone, and hears it again after the Router restarted
-(the bot's link sends the credentials on every connection). discord.py is real; only the main gateway is
-replaced by the test, which hands the bot's ``TonearmVoice`` the events Discord would send."""
+Played through the stand-in voice server (Tests/Fixtures/voice_server.py), which requires DAVE as
+Discord does, with the real engine and Router and tonearm-dave beside the Router: the stand-in
+hears the guild's tone, every frame opened with DAVE, and hears it again after the Router
+restarted (the bot's link sends the credentials on every connection; the call's group takes the
+new connection in). discord.py is real; only the main gateway is replaced by the test, which hands
+the bot's ``TonearmVoice`` the events Discord would send."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -24,7 +28,9 @@ from tonearm_discord.config import Config
 from tonearm_discord.guild_player import GuildPlayer
 from tonearm_discord.tonearm_voice import TonearmVoice, wait_forwarded
 
-STANDIN = Path(__file__).resolve().parent.parent.parent.parent / "Tests" / "Fixtures" / "voice_server.py"
+REPO = Path(__file__).resolve().parent.parent.parent.parent
+STANDIN = REPO / "Tests" / "Fixtures" / "voice_server.py"
+DAVE = REPO / "bridges" / "dave" / "tonearm_dave.py"
 GUILD, CHANNEL, USER = 41771983423143937, 127121515262115840, 104694319306248192
 
 
@@ -53,10 +59,16 @@ class Gateway:
 
 
 def test_the_bot_forwards_its_voice_events_and_tonearm_is_heard(tmp_path):
-    standin = subprocess.Popen([sys.executable, str(STANDIN)], stdout=subprocess.PIPE)
+    standin = subprocess.Popen([sys.executable, str(STANDIN), "--dave", "--dave-required"], stdout=subprocess.PIPE)
+    socket_path = os.path.join(tempfile.mkdtemp(prefix="tonearm-dave-"), "dave.sock")
+    dave = subprocess.Popen([sys.executable, str(DAVE), "--socket", socket_path], stdout=subprocess.PIPE)
     try:
         ready = json.loads(standin.stdout.readline())
-        cluster = Cluster(tmp_path, {"TONEARM_VOICE_CA_FILE": ready["ca"]})
+        dave.stdout.readline()
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{ready['control_port']}/channel?server_id={GUILD}&channel_id={CHANNEL}", method="POST")
+        urllib.request.urlopen(request, timeout=5).read()
+        cluster = Cluster(tmp_path, {"TONEARM_VOICE_CA_FILE": ready["ca"], "TONEARM_DAVE_SOCKET": socket_path})
         try:
             assert TonearmBot(Config(discord_token="a", bot_token="b", voice="tonearm")).voice_client_class is TonearmVoice
 
@@ -113,6 +125,8 @@ def test_the_bot_forwards_its_voice_events_and_tonearm_is_heard(tmp_path):
             for stream in (before, after):
                 assert abs(stream["dominant_hz"] - 440) < 10, stream
                 assert stream["sequence_breaks"] == 0, stream
+                assert stream["dave"]["plain"] == 0 and stream["dave"]["failed"] == 0, stream
+                assert stream["dave"]["dave"] == stream["packets"] - stream["silence_frames"], stream
             deadline = time.monotonic() + 5
             while report(ready["control_port"])["open_sockets"] and time.monotonic() < deadline:
                 time.sleep(0.1)
@@ -120,5 +134,6 @@ def test_the_bot_forwards_its_voice_events_and_tonearm_is_heard(tmp_path):
         finally:
             cluster.stop()
     finally:
-        standin.kill()
-        standin.wait()
+        for process in (standin, dave):
+            process.kill()
+            process.wait()
