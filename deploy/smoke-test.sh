@@ -93,7 +93,9 @@ trap cleanup EXIT
 
 # ---- configuration: a free port, a bot token, generated media --------------------------------
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-PORT=$(free_port) HTTPS_PORT=$(free_port) HTTP_PORT=$(free_port)
+# Ports used together are chosen together, all held at once: two chosen one after the other can be
+# the same one.
+read -r PORT HTTPS_PORT HTTP_PORT BRIDGE_PORT < <(python3 -c 'import socket; s = [socket.socket() for _ in range(4)]; [x.bind(("127.0.0.1", 0)) for x in s]; print(*[x.getsockname()[1] for x in s])')
 BOT=$(python3 -c 'import secrets; print(secrets.token_urlsafe(24))')
 mkdir -p "$WORK/media"
 ffmpeg -nostdin -loglevel error -f lavfi -i "aevalsrc=0.5*sin(2*PI*440*t)|0.5*sin(2*PI*440*t):s=44100:d=60" "$WORK/media/tone-440.mp3"
@@ -102,7 +104,6 @@ export TONEARM_PUBLISH=127.0.0.1:$PORT TONEARM_BOT_TOKEN=$BOT TONEARM_MEDIA=$WOR
 export TONEARM_HTTPS_PUBLISH=127.0.0.1:$HTTPS_PORT TONEARM_HTTP_PUBLISH=127.0.0.1:$HTTP_PORT TONEARM_DOMAIN=localhost
 export PIP_NO_INDEX=${PIP_NO_INDEX:-}
 # The bot has no Discord to reach here: it must stay up and say so.
-BRIDGE_PORT=$(free_port)
 export DISCORD_TOKEN=smoke-test-no-discord TONEARM_BRIDGE_PUBLISH=127.0.0.1:$BRIDGE_PORT
 URL=http://127.0.0.1:$PORT
 

@@ -25,7 +25,8 @@ import Synchronization
 /// What a bot hears about its guild's voice connection.
 public enum VoiceConnectionState: Equatable, Sendable {
     case connecting
-    case connected(ssrc: UInt32, mode: TransportMode)
+    /// Audio flows; with DAVE, said again with the call's privacy code once the group is ready.
+    case connected(ssrc: UInt32, mode: TransportMode, privacyCode: String? = nil)
     /// The connection ended for good: Discord's close code when it closed the socket with one.
     case disconnected(code: Int?, reason: String)
 }
@@ -166,6 +167,9 @@ public final class VoiceConnection: Sendable {
             say(text)
         case .state(let ready, let code):
             logger.info("DAVE", metadata: ["guild": "\(credentials.guildID)", "ready": "\(ready)", "privacy_code": "\(code ?? "-")"])
+            if ready, let code, let session = media.withLock({ $0.sender?.session }) {
+                report(.connected(ssrc: session.ssrc, mode: session.mode, privacyCode: code))
+            }
         case .lost:
             // The DAVE session is gone: the call cannot be heard until a new one is made, which
             // takes a new Identify; the connection ends and says why.

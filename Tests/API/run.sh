@@ -13,11 +13,14 @@ cd "$(dirname "$0")/../.."
 bin=${TONEARM_BIN_DIR:-$(swift build -c release --show-bin-path)}
 command -v st >/dev/null || export PATH=$HOME/.local/bin:$PATH  # pip's --user scripts
 work=$(mktemp -d /tmp/tonearm-api.XXXXXX)
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# N free ports, all held at once while they are chosen: two ports chosen one after the other can
+# be the same one (CI at 9b0df55: the engine and the Router both given 50023, the engine's bind refused).
+free_ports() { python3 -c 'import socket, sys; s = [socket.socket() for _ in range(int(sys.argv[1]))]; [x.bind(("127.0.0.1", 0)) for x in s]; print(*[x.getsockname()[1] for x in s])' "$1"; }
 mkdir -p "$work/media" "$work/data"
 ffmpeg -nostdin -loglevel error -y -f lavfi -i "sine=f=440:d=5" "$work/media/tone-440.mp3"
 export TONEARM_SOCKET=$work/engine.sock TONEARM_MEDIA_DIR=$work/media TONEARM_DATA_DIR=$work/data
-export TONEARM_ENGINE_PORT=$(free_port) TONEARM_ROUTER_PORT=$(free_port)
+read -r TONEARM_ENGINE_PORT TONEARM_ROUTER_PORT < <(free_ports 2)
+export TONEARM_ENGINE_PORT TONEARM_ROUTER_PORT
 export TONEARM_ENGINE_URL=http://127.0.0.1:$TONEARM_ENGINE_PORT
 export TONEARM_BOT_TOKEN=api-test-$RANDOM$RANDOM
 "$bin/AudioEngine" > "$work/engine.log" 2>&1 & engine=$!

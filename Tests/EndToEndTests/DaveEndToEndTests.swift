@@ -53,10 +53,17 @@ final class DaveProcess: Sendable {
         let report = joined ? [:] : ((try? await voice.report()) ?? [:])
         #expect(joined, "\(report)")
         #expect(try await voice.events("identify").first?["max_dave_protocol_version"] as? Int == 1)
+        // The call's privacy code (DAVE's displayable code of the epoch, 30 digits) goes to the bot.
+        #expect(await eventually { bot.voiceStates().contains { ($0["privacy_code"] as? String)?.count == 30 } }, "\(bot.voiceStates())")
 
         // A second listener joins: Tonearm's side commits the addition (op 28).
         try await voice.control("/listener?server_id=guild-dave&user_id=900000000000000002")
         #expect(await eventually(timeout: .seconds(5)) { ((try? await voice.call("guild-dave")["epoch"] as? Int) ?? 0) == 2 })
+        // Both sides show the same privacy code for the new epoch (the group's, not a guess).
+        let code = try await voice.call("guild-dave")["privacy_code"] as? String
+        #expect(code != nil)
+        #expect(await eventually { bot.voiceStates().last { $0["privacy_code"] != nil }?["privacy_code"] as? String == code },
+                "the stand-in's listener shows \(code ?? "-"), the bot was told \(bot.voiceStates().compactMap { $0["privacy_code"] })")
         let before = try await frames("dave")
         #expect(await eventually(timeout: .seconds(5)) { ((try? await frames("dave")) ?? 0) >= before + 100 })
 

@@ -236,5 +236,8 @@ class Call:
         return "failed", frame
 
     def report(self) -> dict:
+        with self.lock:
+            authenticator = self.listeners[FIRST_LISTENER].get_epoch_authenticator() if self.epoch else None
+        code = davey.generate_displayable_code(authenticator, 30, 5) if authenticator else None
         return {"channel_id": str(self.channel_id), "epoch": self.epoch, "in_group": sorted(str(u) for u in self.in_group),
-                "events": self.events}
+                "events": self.events, "privacy_code": code}

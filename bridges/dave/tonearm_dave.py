@@ -19,7 +19,7 @@ Router → here:
 Here → Router:
     101 SEND_BINARY  u8 op | data, to send on the voice gateway as a binary message (ops 26, 28)
     102 SEND_JSON    a JSON text to send on the voice gateway (ops 23, 31)
-    103 STATE        JSON {"ready", "epoch_authenticated", "privacy_code"}: after each change
+    103 STATE        JSON {"ready", "privacy_code"}: when either changes (the code at each epoch)
     104 FRAME        the DAVE frame, or nothing while the group is not ready (the frame is
                      dropped: a call that speaks DAVE hears no plain audio)
 
@@ -54,7 +54,7 @@ class Voice:
         self.user_id, self.channel_id, self.version = user_id, channel_id, version
         self.session = davey.DaveSession(version, user_id, channel_id)
         self.pending: dict[int, int] = {}  # transition id -> protocol version
-        self.was_ready = False
+        self.said = (False, None)  # (ready, privacy code) last told to the Router
 
 
 class Link:
@@ -78,10 +78,9 @@ class Link:
         self.put(SEND_JSON, connection, json.dumps({"op": op, "d": d}).encode())
 
     def state(self, connection: int, voice: Voice) -> None:
+        """Tells the Router when the group becomes ready or not, and its privacy code at each
+        epoch (the code every member's client shows)."""
         ready = bool(voice.session.ready)
-        if ready == voice.was_ready:
-            return
-        voice.was_ready = ready
         code = None
         if ready:
             try:
@@ -89,6 +88,9 @@ class Link:
                 code = davey.generate_displayable_code(authenticator, 30, 5) if authenticator else None
             except Exception:  # noqa: BLE001 - the code is informational
                 code = None
+        if (ready, code) == voice.said:
+            return
+        voice.said = (ready, code)
         self.put(STATE, connection, json.dumps({"ready": ready, "privacy_code": code}).encode())
 
     def handle(self, kind: int, connection: int, payload: bytes) -> None:
