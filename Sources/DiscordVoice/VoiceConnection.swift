@@ -322,11 +322,7 @@ public final class VoiceConnection: Sendable {
                 }
                 try await perform(actions, outbound: outbound)
             case .connected(let session):
-                let kept = media.withLock { media -> Bool in
-                    if media.sender?.session == session { return true }
-                    media.sender = try? VoiceSender(session: session)
-                    return false
-                }
+                let kept = media.withLock { $0.sender?.session == session }
                 if let dave, !kept {
                     // A new session: DAVE's session is made again for it (or dropped).
                     let wanted = session.daveProtocolVersion > 0
@@ -342,6 +338,9 @@ public final class VoiceConnection: Sendable {
                         continue
                     }
                 }
+                // The sender last: a frame that finds it finds what DAVE needs already decided
+                // (made first, a frame could slip out plain into a call that needs DAVE).
+                if !kept { media.withLock { $0.sender = try? VoiceSender(session: session) } }
                 logger.info("voice connected", metadata: ["guild": "\(credentials.guildID)", "ssrc": "\(session.ssrc)", "mode": "\(session.mode.rawValue)", "resumed": "\(kept)", "dave": "\(session.daveProtocolVersion)"])
                 report(.connected(ssrc: session.ssrc, mode: session.mode))
             case .reconnect(_, let after):
