@@ -17,7 +17,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+import discord
 import pytest
+from discord.user import ClientUser
 
 REPO = Path(__file__).resolve().parent.parent.parent
 _spec = importlib.util.spec_from_file_location("bridge_conftest", REPO / "bridges/discord/tests/conftest.py")
@@ -61,6 +63,64 @@ class StandIn:
     def stop(self) -> None:
         self.process.kill()
         self.process.wait()
+
+
+class MainGateway:
+    """The smallest stand-in for Discord's main gateway a voice protocol needs. `client` is a real
+    discord.py Client whose cache holds what READY and GUILD_CREATE would put there: the bot's user
+    and a guild with a voice channel and the bot as its member. Its op 4 (`voice_state`, sent by
+    `Guild.change_voice_state`) is answered as Discord answers it: VOICE_STATE_UPDATE and, on a
+    join, VOICE_SERVER_UPDATE with the stand-in's endpoint, both through discord.py's own parsers,
+    which hand them to the channel's voice protocol (the client library's player)."""
+
+    def __init__(self, standin: StandIn, *, in_channel: bool = False, client: discord.Client | None = None) -> None:
+        self.standin = standin
+        self.ops: list = []  # each op 4 the client sent: (guild id, channel id)
+        self.client = client or discord.Client(intents=discord.Intents.none())
+        self.in_channel = in_channel
+
+    async def __aenter__(self) -> "MainGateway":
+        await self.client.__aenter__()
+        state = self.client._connection
+        user = {"id": str(USER), "username": "tonearm-test", "discriminator": "0", "avatar": None, "bot": True}
+        state.user = ClientUser(state=state, data=user)
+        voice_states = [self._voice_state(CHANNEL, "main-gateway-session")] if self.in_channel else []
+        state._add_guild_from_data({
+            "id": str(GUILD), "name": "guild", "member_count": 1, "voice_states": voice_states,
+            "roles": [{"id": str(GUILD), "name": "@everyone", "permissions": "0", "position": 0, "color": 0,
+                       "hoist": False, "managed": False, "mentionable": False}],
+            "channels": [{"id": str(CHANNEL), "type": 2, "name": "music", "position": 0, "permission_overwrites": [],
+                          "bitrate": 64000, "user_limit": 0, "rtc_region": None}],
+            "members": [{"user": user, "roles": [], "joined_at": "2026-01-01T00:00:00+00:00", "deaf": False,
+                         "mute": False, "flags": 0}],
+        })
+        state._get_websocket = lambda guild_id=None, shard_id=None: self
+        self.client._ready.set()  # READY received
+        return self
+
+    async def __aexit__(self, *_) -> None:
+        await self.client.close()
+
+    @property
+    def channel(self) -> discord.VoiceChannel:
+        return self.client.get_channel(CHANNEL)
+
+    @staticmethod
+    def _voice_state(channel_id, session_id: str) -> dict:
+        return {"guild_id": str(GUILD), "channel_id": str(channel_id) if channel_id else None, "user_id": str(USER),
+                "session_id": session_id, "deaf": False, "mute": False, "self_deaf": False, "self_mute": False,
+                "suppress": False, "self_video": False, "request_to_speak_timestamp": None}
+
+    async def voice_state(self, guild_id, channel_id, self_mute: bool = False, self_deaf: bool = False) -> None:
+        self.ops.append((guild_id, channel_id))
+        state = self.client._connection
+
+        def answer() -> None:
+            state.parse_voice_state_update(self._voice_state(channel_id, "main-gateway-session"))
+            if channel_id is not None:
+                state.parse_voice_server_update({"token": "voice-token", "guild_id": str(GUILD), "endpoint": self.standin.endpoint})
+
+        asyncio.get_running_loop().call_soon(answer)
 
 
 async def until(condition, timeout: float = 10) -> bool:

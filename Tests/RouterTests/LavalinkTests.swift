@@ -134,7 +134,8 @@ import Testing
 
     @Test func everyFieldIsCheckedBeforeAnythingIsDone() throws {
         for bad in [
-            #"{"volume":1001}"#, #"{"volume":-1}"#, #"{"volume":50.5}"#, #"{"volume":true}"#, #"{"volume":"50"}"#,
+            #"{"volume":1001}"#, #"{"volume":-1}"#, #"{"volume":50.5}"#, #"{"volume":true}"#, #"{"volume":"5e1"}"#,
+            #"{"position":"-1"}"#, #"{"position":" 20"}"#, #"{"position":""}"#, #"{"position":"9223372036854775808"}"#, #"{"position":"-9223372036854775808"}"#,
             #"{"position":-1}"#, #"{"position":1e300}"#, #"{"paused":1}"#, #"{"paused":"yes"}"#, #"{"endTime":5000}"#,
             #"{"track":"x"}"#, #"{"track":{"encoded":5}}"#, #"{"track":{"encoded":"QUFB"}}"#, #"{"track":{"identifier":""}}"#,
             #"{"track":{"identifier":"a","userData":[1]}}"#, #"{"filters":[]}"#, #"{"filters":{"timescale":{"speed":-1}}}"#,
@@ -146,5 +147,8 @@ import Testing
             try #require(LavalinkJSON.object(Array(#"{"volume":0,"paused":false,"position":0,"endTime":null,"track":{"encoded":null},"filters":{"volume":1.0}}"#.utf8))))
         #expect(update.volume == 0 && update.paused == false && update.position == 0)
         guard case .stop = update.track else { Issue.record("encoded null is a stop"); return }
+        // A number written as a string, as kotlinx.serialization reads it and pomice sends it.
+        let quoted = try PlayerUpdate(try #require(LavalinkJSON.object(Array(#"{"position":"20000","volume":"50"}"#.utf8))))
+        #expect(quoted.position == 20_000 && quoted.volume == 50)
     }
 }

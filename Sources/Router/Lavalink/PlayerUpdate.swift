@@ -99,22 +99,28 @@ struct PlayerUpdate: Sendable {
         return .keep
     }
 
-    /// A JSON number that is a whole number (not a boolean, not a fraction).
+    /// A whole number (not a boolean, not a fraction): a JSON number, or a string of one, which
+    /// Lavalink's JSON reader (kotlinx.serialization) also takes where it expects a number and
+    /// pomice sends for `position`.
     static func integer(_ value: Any) -> Int64? {
+        if let text = value as? String {
+            guard let whole = Int64(text), whole.magnitude < 1 << 62 else { return nil }
+            return whole
+        }
         guard let number = value as? NSNumber, !isBoolean(value), number.doubleValue == number.doubleValue.rounded(),
             abs(number.doubleValue) < 0x1p62
         else { return nil }
         return number.int64Value
     }
 
-    /// JSON's true and false (JSONSerialization reads them as NSNumbers of Objective-C type `c`;
-    /// a number 1 passes `as? Bool` too, so that cannot tell them apart).
     /// A JSON number (not a boolean) as a Double.
     static func number(_ value: Any) -> Double? {
         guard let number = value as? NSNumber, !isBoolean(value) else { return nil }
         return number.doubleValue
     }
 
+    /// JSON's true and false (JSONSerialization reads them as NSNumbers of Objective-C type `c`;
+    /// a number 1 passes `as? Bool` too, so that cannot tell them apart).
     static func isBoolean(_ value: Any) -> Bool {
         guard let number = value as? NSNumber else { return false }
         return String(cString: number.objCType) == "c"
