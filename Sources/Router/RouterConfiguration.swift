@@ -55,6 +55,9 @@ package struct RouterConfiguration: Sendable {
     var lavalinkPassword: String?
     /// How often Lavalink clients get each player's `playerUpdate` (Lavalink's default, 5 s).
     var lavalinkPlayerUpdateInterval: Duration = .seconds(5)
+    /// How often Lavalink clients get the node's `stats` op, whose `frameStats` count the time
+    /// since the one before (Lavalink's fixed minute).
+    var lavalinkStatsInterval: Duration = .seconds(60)
     /// Whether a new session's tracks are brought to the engine's target loudness.
     var normalizeByDefault = true
     /// A cluster's shared PostgreSQL and this pair's place in it (nil: one pair on SQLite).
@@ -143,6 +146,11 @@ package struct RouterConfiguration: Sendable {
                 throw RouterConfigurationError(message: "TONEARM_LAVALINK_PLAYER_UPDATE_INTERVAL must be at least 0.1 s")
             }
             lavalinkPlayerUpdateInterval = .seconds(seconds)
+        }
+        if let value = environment["TONEARM_LAVALINK_STATS_INTERVAL"] {
+            let seconds = try Self.seconds(value, "TONEARM_LAVALINK_STATS_INTERVAL")
+            guard seconds >= 1 else { throw RouterConfigurationError(message: "TONEARM_LAVALINK_STATS_INTERVAL must be at least 1 s") }
+            lavalinkStatsInterval = .seconds(seconds)
         }
         if let value = environment["TONEARM_ENGINE_URL"] {
             engineURL = value

@@ -80,7 +80,8 @@ package enum RouterService {
         api.voice = voice
         let lavalink = configuration.lavalinkPassword.map {
             LavalinkNode(
-                password: $0, playerUpdateInterval: configuration.lavalinkPlayerUpdateInterval, store: store, directory: directory,
+                password: $0, playerUpdateInterval: configuration.lavalinkPlayerUpdateInterval,
+                statsInterval: configuration.lavalinkStatsInterval, store: store, directory: directory,
                 commands: SessionCommands(directory: directory, link: link, engine: engine), engine: engine, voice: voice,
                 logger: logger)
         }

@@ -167,11 +167,12 @@ def standin():
 
 @pytest.fixture
 def node(tmp_path: Path, standin: StandIn):
-    """The engine and Router, Lavalink's API on, playerUpdate every second; a 3 s tone-330.mp3
+    """The engine and Router, Lavalink's API on, playerUpdate every second, stats every 2 s; a 3 s tone-330.mp3
     in the media folder, and `link`: an http:// link to a 30 s 880 Hz tone."""
     running = bridge.Cluster(tmp_path, {
         "TONEARM_VOICE_CA_FILE": standin.ca, "TONEARM_LAVALINK_PASSWORD": PASSWORD,
-        "TONEARM_LAVALINK_PLAYER_UPDATE_INTERVAL": "1", "TONEARM_ALLOW_PRIVATE_SOURCES": "true",
+        "TONEARM_LAVALINK_PLAYER_UPDATE_INTERVAL": "1", "TONEARM_LAVALINK_STATS_INTERVAL": "2",
+        "TONEARM_ALLOW_PRIVATE_SOURCES": "true",
         "TONEARM_NORMALIZE": "false",
     })
     subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-f", "lavfi", "-i", "sine=f=330:d=3",

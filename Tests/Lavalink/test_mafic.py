@@ -50,6 +50,14 @@ def test_mafic_plays_through_tonearm(node, standin):
             assert player.current is not None and player.current.title == "tone-330.mp3" and player.current.source == "local"
             await standin.wait(lambda s: abs((s["dominant_hz"] or 0) - 880) < 10, timeout=8, what="the link after the file")
             assert ("end", "tone-330.mp3", "finished") in events and ("start", "tone-880.mp3") in events, events
+            # frameStats, from the engine's own counters: a player heard at every deadline sends
+            # 3,000 frames a minute (stats every 2 s here, scaled to a minute), none nulled or late.
+            def counted() -> tuple | None:
+                frames = lavalink.stats and lavalink.stats.frame_stats
+                return (frames.sent, frames.nulled, frames.deficit) if frames else None
+
+            assert await until(lambda: counted() and abs(counted()[0] - 3_000) <= 150, 8), counted()
+            assert counted()[1:] == (0, 0), counted()
 
             async def pitch(value: float) -> None:
                 await player.add_filter(mafic.Filter(timescale=mafic.Timescale(pitch=value)), label="pitch", fast_apply=True)

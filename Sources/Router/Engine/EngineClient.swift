@@ -133,6 +133,15 @@ struct EngineClient: EngineControl {
         return plays
     }
 
+    /// Every engine session's frame counters now (`GET /sessions`), for Lavalink's `frameStats`.
+    func frameCounters() async throws -> FrameStats.Reading {
+        let response = try await http.execute(HTTPClientRequest(url: baseURL + "/sessions"), timeout: .seconds(5))
+        let body = try await response.body.collect(upTo: 4 << 20)
+        let listing = try JSONDecoder().decode(SessionList.self, from: Data(body.readableBytesView))
+        return FrameStats.Reading(
+            at: .now, frames: Dictionary(listing.sessions.map { ($0.sessionID, $0.frames) }, uniquingKeysWith: { first, _ in first }))
+    }
+
     private struct Ignored: Decodable {}
 
     /// A request body as JSON bytes.

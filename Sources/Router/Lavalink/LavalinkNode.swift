@@ -206,6 +206,7 @@ final class LavalinkNode: Sendable {
     func run() async {
         var sinceStats = Duration.zero
         var usage = ProcessUsage()
+        var frames = try? await engine.frameCounters()
         while !Task.isCancelled {
             try? await Task.sleep(for: playerUpdateInterval)
             for session in allSessions where session.generation != nil {
@@ -224,6 +225,13 @@ final class LavalinkNode: Sendable {
                 sinceStats = .zero
                 var message = await stats(usage: &usage)
                 message["op"] = "stats"
+                let reading = try? await engine.frameCounters()
+                if let before = frames, let after = reading,
+                    let counted = FrameStats.perMinute(before: before, after: after, players: await playingGuilds())
+                {
+                    message["frameStats"] = counted.json
+                }
+                frames = reading
                 let text = LavalinkJSON.text(message)
                 for session in allSessions where session.generation != nil { session.send(text) }
             }
@@ -233,8 +241,7 @@ final class LavalinkNode: Sendable {
     /// The stats object (`/v4/stats`, and the `stats` op with `op` added).
     func stats(usage: inout ProcessUsage) async -> JSONObject {
         let players = allSessions.flatMap(\.players)
-        var playing = 0
-        for player in players where await directory.existing(player.guild)?.state.status == "playing" { playing += 1 }
+        let playing = await playingGuilds().count
         let memory = ProcessUsage.memory()
         return [
             "players": players.count, "playingPlayers": playing,
@@ -246,5 +253,14 @@ final class LavalinkNode: Sendable {
             ] as JSONObject,
             "frameStats": NSNull(),
         ]
+    }
+
+    /// The guilds whose players play now.
+    func playingGuilds() async -> [SessionID] {
+        var playing: [SessionID] = []
+        for player in allSessions.flatMap(\.players) where await directory.existing(player.guild)?.state.status == "playing" {
+            playing.append(player.guild)
+        }
+        return playing
     }
 }
