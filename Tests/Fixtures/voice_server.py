@@ -15,7 +15,8 @@ Discord has done since 2026-03-02.
 
 --authority DIR shares one certificate authority among stand-ins (the server a call moves to).
 Prints one JSON line when ready: {"ws_port", "udp_port", "control_port", "ca"}. The control API
-(plain HTTP on loopback): GET /report, POST /close?code=N (closes the voice sockets with N; 4006
+(plain HTTP on loopback): GET /report, GET /levels?since=T (each decoded packet that arrived
+after T, epoch seconds: its arrival and RMS level, per stream), POST /close?code=N (closes the voice sockets with N; 4006
 also forgets their sessions, so a resume is refused), POST /reset (forgets the packets heard),
 POST /channel?server_id=G&channel_id=C (the voice channel of guild G's call, the DAVE group's id;
 by default the guild id), POST /listener?server_id=G&user_id=U (another listener joins G's call).
@@ -177,6 +178,14 @@ class Judge:
                 decoder = self.decoders.setdefault(ssrc, discord.opus.Decoder())
                 pcm = numpy.frombuffer(decoder.decode(opus, fec=False), dtype=numpy.int16)
                 self.pcm.setdefault(ssrc, []).append(pcm)
+
+    def levels(self, since):
+        """Each decoded packet that arrived after `since` (epoch seconds): (arrival, RMS dBFS), per
+        stream. Packets are decoded in the order they arrive, so packets and PCM frames pair up."""
+        with self.lock:
+            return {str(ssrc): [(arrival, level([pcm])) for (arrival, *_), pcm in zip(packets, self.pcm.get(ssrc, []))
+                                if arrival > since]
+                    for ssrc, packets in self.packets.items()}
 
     def report(self):
         with self.lock:
@@ -395,6 +404,10 @@ async def close(request):
     return web.json_response({"closed": code})
 
 
+async def levels(request):
+    return web.json_response(judge.levels(float(request.query.get("since", "0"))))
+
+
 async def reset(request):
     judge.reset()
     return web.json_response({"reset": True})
@@ -432,6 +445,7 @@ async def main():
     await voice_site.start()
     control = web.Application()
     control.router.add_get("/report", report)
+    control.router.add_get("/levels", levels)
     control.router.add_post("/close", close)
     control.router.add_post("/reset", reset)
     control.router.add_post("/channel", channel)
