@@ -11,7 +11,7 @@ import time
 
 import lavalink
 from lavalink import LoadType
-from lavalink.filters import Timescale
+from lavalink.filters import Timescale, Volume
 
 from conftest import CHANNEL, GUILD, PASSWORD, USER, hear_the_controls, until
 
@@ -88,6 +88,17 @@ def test_lavalink_py_plays_through_tonearm(node, standin):
             await hear_the_controls(
                 standin, volume=player.set_volume, pitch=lambda p: player.set_filter(Timescale(pitch=p)),
                 no_filters=player.clear_filters, seek=player.seek, position=lambda: player.position, pause=player.set_pause)
+
+            # Lavalink's volume filter, a factor on the player's volume: 0.5 is 6 dB down, and
+            # the player's own volume stays what the client set.
+            loud = standin.stream()["level_dbfs"]
+            await player.set_filter(Volume(0.5))
+            quiet = await standin.wait(lambda s: s["level_dbfs"] < loud - 5, timeout=3, what="the volume filter at 0.5")
+            assert abs(quiet["level_dbfs"] - (loud - 6.02)) < 1.5, (loud, quiet["level_dbfs"])
+            shown = await lavalink_node.get_player(GUILD)
+            assert shown["volume"] == 100 and shown["filters"].get("volume") == 0.5, shown
+            await player.clear_filters()
+            await standin.wait(lambda s: s["level_dbfs"] > loud - 1, timeout=3, what="the volume filter removed")
 
             # The WebSocket drops, with resuming off: the session ends with its players, as on
             # Lavalink. lavalink.py connects again at once (without its session's id: its reconnect

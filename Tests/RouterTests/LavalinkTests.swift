@@ -1,6 +1,7 @@
 // Lavalink's values without a server: lavaplayer's track format both ways (Lavalink's own
 // documented example read back, strings only Java's modified UTF-8 writes as it does, hostile
 // bytes refused), how the session's events become Lavalink's, and a player update's refusals.
+import EngineAPI
 import Foundation
 import Testing
 
@@ -139,7 +140,8 @@ import Testing
             #"{"position":-1}"#, #"{"position":1e300}"#, #"{"paused":1}"#, #"{"paused":"yes"}"#, #"{"endTime":5000}"#,
             #"{"track":"x"}"#, #"{"track":{"encoded":5}}"#, #"{"track":{"encoded":"QUFB"}}"#, #"{"track":{"identifier":""}}"#,
             #"{"track":{"identifier":"a","userData":[1]}}"#, #"{"filters":[]}"#, #"{"filters":{"timescale":{"speed":-1}}}"#,
-            #"{"voice":"x"}"#, #"{"filters":{"volume":0.5}}"#, #"{"filters":{"volume":true}}"#,
+            #"{"voice":"x"}"#, #"{"filters":{"volume":5.5}}"#, #"{"filters":{"volume":-0.1}}"#, #"{"filters":{"volume":true}}"#,
+            #"{"filters":{"volume":"half"}}"#,
         ] {
             #expect(refusal(bad) != nil, "\(bad) was taken")
         }
@@ -150,5 +152,18 @@ import Testing
         // A number written as a string, as kotlinx.serialization reads it and pomice sends it.
         let quoted = try PlayerUpdate(try #require(LavalinkJSON.object(Array(#"{"position":"20000","volume":"50"}"#.utf8))))
         #expect(quoted.position == 20_000 && quoted.volume == 50)
+        // Lavalink's volume filter: a factor on the player's volume; given filters without it set it back to 1.
+        let half = try PlayerUpdate(try #require(LavalinkJSON.object(Array(#"{"filters":{"volume":0.5,"timescale":{"pitch":1.5}}}"#.utf8))))
+        #expect(half.filterVolume == 0.5 && half.filters?.timescale?.pitch == 1.5)
+        #expect(try PlayerUpdate(try #require(LavalinkJSON.object(Array(#"{"filters":{}}"#.utf8)))).filterVolume == 1)
+        #expect(try PlayerUpdate(try #require(LavalinkJSON.object(Array(#"{"volume":80}"#.utf8)))).filterVolume == nil)
+    }
+
+    @Test func theEnginePlaysAtTheProductOfTheVolumeAndTheVolumeFilter() {
+        #expect(PlayerUpdate.engineVolume(100, filter: 0.5) == 50)
+        #expect(PlayerUpdate.engineVolume(333, filter: 1.5) == 500)
+        #expect(PlayerUpdate.engineVolume(1_000, filter: 5) == 1_000)
+        #expect(PlayerUpdate.engineVolume(400, filter: 0) == 0)
+        #expect(PlayerUpdate.engineVolume(100, filter: 1) == 100)
     }
 }

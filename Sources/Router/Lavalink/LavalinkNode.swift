@@ -84,10 +84,13 @@ final class LavalinkNode: Sendable {
             current["info"] = info
             track = current
         }
-        let filters = state.flatMap { try? JSONSerialization.jsonObject(with: JSONEncoder().encode($0.filters)) } as? JSONObject
+        var filters = state.flatMap { try? JSONSerialization.jsonObject(with: JSONEncoder().encode($0.filters)) } as? JSONObject ?? [:]
+        // With a volume filter the session plays at the product: the player's volume is its own.
+        let volume = tracks.filterVolume == 1 ? state?.volume ?? 100 : tracks.volume ?? 100
+        if tracks.filterVolume != 1 { filters["volume"] = tracks.filterVolume }
         return [
-            "guildId": player.guild.description, "track": track, "volume": state?.volume ?? 100, "paused": state?.paused ?? false,
-            "state": Self.playerState(tracks, position: state?.positionMS ?? 0), "voice": tracks.voice, "filters": filters ?? JSONObject(),
+            "guildId": player.guild.description, "track": track, "volume": volume, "paused": state?.paused ?? false,
+            "state": Self.playerState(tracks, position: state?.positionMS ?? 0), "voice": tracks.voice, "filters": filters,
         ]
     }
 
@@ -129,7 +132,16 @@ final class LavalinkNode: Sendable {
             case .play, .identifier: try await seekOnceStarted(position, on: guild)
             }
         }
-        if let volume = update.volume { try await run(.volume(volume), on: guild) }
+        if update.volume != nil || update.filterVolume != nil {
+            let stored = player.state.withLock { ($0.volume, $0.filterVolume) }
+            var own = update.volume ?? stored.0
+            if own == nil { own = await directory.existing(guild)?.state.volume }
+            let factor = update.filterVolume ?? stored.1
+            player.state.withLock { $0.volume = own ?? 100; $0.filterVolume = factor }
+            if update.volume != nil || factor != stored.1 {
+                try await run(.volume(PlayerUpdate.engineVolume(own ?? 100, filter: factor)), on: guild)
+            }
+        }
         // Lavalink's `paused` is a state, not a toggle: the same state again is no change.
         if let paused = update.paused, await directory.existing(guild)?.state.paused != paused {
             try await run(paused ? .pause : .resume, on: guild)

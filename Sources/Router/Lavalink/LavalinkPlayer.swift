@@ -28,6 +28,10 @@ final class LavalinkPlayer: ClientSink {
         /// The voice object last given (`token`, `endpoint`, `sessionId`, `channelId`).
         var voice: JSONObject = ["token": "", "endpoint": "", "sessionId": ""]
         var connected = false
+        /// The player's own volume as the client last set it (nil: the session's), and Lavalink's
+        /// volume filter; the engine plays at their product (`PlayerUpdate.engineVolume`).
+        var volume: Int?
+        var filterVolume = 1.0
     }
 
     init(guild: SessionID, session: LavalinkSession) {

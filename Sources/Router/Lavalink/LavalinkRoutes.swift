@@ -134,7 +134,7 @@ struct LavalinkRoutes {
             "buildTime": 0, "git": ["branch": "main", "commit": "tonearm", "commitTime": 0] as JSONObject,
             "jvm": "none (Tonearm is Swift)", "lavaplayer": "none (Tonearm decodes with FFmpeg's libraries)",
             "sourceManagers": ["http", "local", "youtube", "soundcloud"],
-            "filters": ["equalizer", "karaoke", "timescale", "tremolo", "vibrato", "rotation", "distortion", "channelMix", "lowPass"],
+            "filters": ["volume", "equalizer", "karaoke", "timescale", "tremolo", "vibrato", "rotation", "distortion", "channelMix", "lowPass"],
             "plugins": [JSONObject](),
         ]
     }

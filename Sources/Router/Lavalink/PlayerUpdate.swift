@@ -22,10 +22,21 @@ struct PlayerUpdate: Sendable {
     var volume: Int?
     var paused: Bool?
     var filters: Filters?
+    /// Lavalink's `volume` filter, given with every `filters` (1 when it is left out).
+    var filterVolume: Double?
     var voice: JSONObject?
 
     /// The largest position a seek takes (Tonearm's own limit).
     static let maxPositionMS = SessionMachine.maxPositionMS
+    /// Lavalink's range for the volume filter.
+    static let maxFilterVolume = 5.0
+
+    /// The engine's volume for a player's volume (0–1000) and volume filter (0–5): their product,
+    /// held to the engine's range (0–1000: ten times, +20 dB).
+    static func engineVolume(_ volume: Int, filter: Double) -> Int {
+        let product = (Double(volume) * filter).rounded()
+        return product.isFinite ? Int(min(max(product, 0), 1_000)) : 100
+    }
 
     init(_ body: JSONObject) throws(LavalinkError) {
         if let track = body["track"] {
@@ -57,11 +68,16 @@ struct PlayerUpdate: Sendable {
             self.paused = paused
         }
         if let value = body["filters"] {
-            guard let object = value as? JSONObject else { throw .badRequest("filters must be an object") }
-            // Lavalink's volume filter (a factor on top of the player's volume) has no counterpart
-            // yet: refused unless it changes nothing, never dropped unheard.
-            if let volume = object["volume"], !(volume is NSNull), PlayerUpdate.number(volume) != 1 {
-                throw .badRequest("filters.volume is not supported by Tonearm yet; use the player's volume (0-1000)")
+            guard var object = value as? JSONObject else { throw .badRequest("filters must be an object") }
+            // Lavalink's volume filter: a factor on the player's volume (0 to 5, 1 unchanged).
+            // Given filters replace all the filters before, so without it the factor is 1 again.
+            if let volume = object.removeValue(forKey: "volume"), !(volume is NSNull) {
+                guard let factor = Self.number(volume), (0...Self.maxFilterVolume).contains(factor) else {
+                    throw .badRequest("filters.volume must be a number from 0 to \(Self.maxFilterVolume)")
+                }
+                filterVolume = factor
+            } else {
+                filterVolume = 1
             }
             let read: Filters
             do {
