@@ -75,6 +75,9 @@ package struct EngineConfiguration: Sendable {
         if let value = environment["TONEARM_MAX_SESSIONS"] {
             playback.maxSessions = try Self.int(value, "TONEARM_MAX_SESSIONS", 1...100_000)
         }
+        if let value = environment["TONEARM_STUCK_THRESHOLD_MS"] {
+            playback.stuckTicks = UInt64(try Self.int(value, "TONEARM_STUCK_THRESHOLD_MS", 100...600_000) / 20)
+        }
         if let value = environment["TONEARM_IDLE_TIMEOUT"] {
             playback.idleTimeout = .seconds(try Self.int(value, "TONEARM_IDLE_TIMEOUT", 1...86_400))
         }

@@ -28,6 +28,10 @@ public struct EventType: RawRepresentable, Hashable, Sendable, Codable, CustomSt
     public static let layerStarted = EventType("layer_started")
     /// A layer ended (`layer_id`, `reason`): nothing of it is in the packets that follow.
     public static let layerEnded = EventType("layer_ended")
+    /// A streaming play has had no frame for the engine's stuck threshold (`duration_ms`: its
+    /// source stalls); once per stall, at the position it stopped at (`position_ms`). It plays on
+    /// when its source does.
+    public static let stuck = EventType("stuck")
 
     public init(from decoder: any Decoder) throws {
         self.rawValue = try decoder.singleValueContainer().decode(String.self)

@@ -35,11 +35,12 @@ import WireProtocol
     }
 
     /// One tick of the session: what it wrote, in order ("ready 1", "audio 7", "finished 1 stopped").
-    func tick(_ session: inout EngineSession, late: UInt64 = 0, progressInterval: UInt64 = 50, wallMS: Int64 = 0) throws
-        -> (written: [String], tick: SessionTick)
-    {
+    func tick(
+        _ session: inout EngineSession, late: UInt64 = 0, progressInterval: UInt64 = 50, wallMS: Int64 = 0, stuckTicks: UInt64 = .max
+    ) throws -> (written: [String], tick: SessionTick) {
         var batch = TickBatch()
-        let tick = session.tick(id, into: &batch, lateTicks: late, progressInterval: progressInterval, wallMS: wallMS)
+        let tick = session.tick(
+            id, into: &batch, lateTicks: late, progressInterval: progressInterval, wallMS: wallMS, stuckTicks: stuckTicks)
         var written: [String] = []
         let processor = NIOSingleStepByteToMessageProcessor(WireMessageDecoder())
         try processor.process(buffer: batch.all) { message in
@@ -85,6 +86,23 @@ import WireProtocol
         #expect(session.counters.nulled == 1 && session.counters.sent == 1)
         _ = session.seek(toMS: 500)
         #expect(try tick(&session, late: 2).tick.counted == FrameCounters(), "a seek's wait is its latency")
+    }
+
+    @Test func aPlayWithoutFramesForTheThresholdIsStuckOncePerStall() throws {
+        let playback = play(1)
+        var session = started(playback)
+        leave([.opened(info, passthrough: false), frame(1)], in: playback)
+        _ = try tick(&session, stuckTicks: 3)
+        var written: [String] = []
+        for _ in 1...6 { written += try tick(&session, stuckTicks: 3).written }
+        #expect(written == ["stuck 1 at 20"], "once, at the third empty deadline")
+        leave([frame(2)], in: playback)
+        #expect(try tick(&session, stuckTicks: 3).written == ["audio 2"])
+        for _ in 1...2 { #expect(try tick(&session, stuckTicks: 3).written.isEmpty) }
+        #expect(try tick(&session, stuckTicks: 3).written == ["stuck 1 at 40"], "a new stall after a frame")
+        // Paused, it waits by choice: not stuck.
+        _ = session.machine.handle(.pause)
+        for _ in 1...5 { #expect(try tick(&session, stuckTicks: 3).written.isEmpty) }
     }
 
     /// A hand-over: the handing engine's last frame is the one before the answered position, and

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A local HTTP media server for Tonearm's tests: serves a directory with Range support, and can
-misbehave on purpose, once each: stall for a while at a byte offset, or drop the connection at
-another. It can also pace its output to a multiple of real time, dribble (send a first stretch
+misbehave on purpose, once each: stall for a while at a byte offset (or in every response that
+is not a Range request), or drop the connection at another. It can also pace its output to a multiple of real time, dribble (send a first stretch
 fast, then the rest one byte at a time, however it is asked for), listen on another loopback address (--bind 127.0.0.2) and
 redirect paths elsewhere. Prints the port it bound; GET /requests lists what it was asked for,
 GET /open how many of its responses are being sent right now."""
@@ -19,6 +19,9 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--root", required=True)
 parser.add_argument("--stall-at", type=int, default=-1, help="byte offset at which to stall once")
 parser.add_argument("--stall-seconds", type=float, default=2.0)
+parser.add_argument("--stall-every-whole", action="store_true",
+                    help="stall at --stall-at in every response without a Range header (a link's probe and its play), "
+                         "not only once; a reader that reopens with a Range gets the rest at once")
 parser.add_argument("--drop-at", type=int, default=-1, help="byte offset at which to close the connection once")
 parser.add_argument("--rate", type=int, default=0, help="bytes per second to send (0: unlimited)")
 parser.add_argument("--dribble-after", type=int, default=-1,
@@ -86,12 +89,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         with lock:
             state["open"] += 1
         try:
-            self.send_file(path, start, end)
+            self.send_file(path, start, end, whole=not rng)
         finally:
             with lock:
                 state["open"] -= 1
 
-    def send_file(self, path, start, end):
+    def send_file(self, path, start, end, whole=True):
         with open(path, "rb") as f:
             f.seek(start)
             offset = start
@@ -102,7 +105,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 if not chunk:
                     break
                 with lock:
-                    if args.stall_at >= 0 and not state["stalled"] and offset <= args.stall_at < offset + len(chunk):
+                    again = args.stall_every_whole and whole
+                    if args.stall_at >= 0 and (again or not state["stalled"]) and offset <= args.stall_at < offset + len(chunk):
                         state["stalled"] = True
                         stall = True
                     else:

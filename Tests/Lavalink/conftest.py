@@ -1,7 +1,8 @@
 """What every Lavalink client's test needs: the real engine and Router with Lavalink's API on
 (the bridge's `Cluster`, TONEARM_LAVALINK_PASSWORD set), the stand-in Discord voice server
-(Tests/Fixtures/voice_server.py) that hears what Tonearm sends, and a plain HTTP server for a
-link to play. Everything is judged at the stand-in: the tone, its level, silence."""
+(Tests/Fixtures/voice_server.py) that hears what Tonearm sends, requiring DAVE as Discord does,
+with tonearm-dave beside the Router, and a plain HTTP server for a link to play. Everything is
+judged at the stand-in: the tone, its level, silence, and every frame opened with DAVE."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import functools
 import http.server
 import importlib.util
 import json
+import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -31,14 +34,23 @@ GUILD, CHANNEL, USER = 41771983423143937, 127121515262115840, 104694319306248192
 
 
 class StandIn:
-    """The stand-in voice server, and what it heard."""
+    """The stand-in voice server, requiring DAVE as Discord does, and what it heard; tonearm-dave
+    (bridges/dave) runs beside the Router for the voice connections it makes."""
 
     def __init__(self) -> None:
-        self.process = subprocess.Popen([sys.executable, str(REPO / "Tests/Fixtures/voice_server.py")], stdout=subprocess.PIPE)
+        self.process = subprocess.Popen([sys.executable, str(REPO / "Tests/Fixtures/voice_server.py"), "--dave", "--dave-required"],
+                                        stdout=subprocess.PIPE)
         ready = json.loads(self.process.stdout.readline())
         self.endpoint = f"localhost:{ready['ws_port']}"
         self.control = ready["control_port"]
         self.ca = ready["ca"]
+        request = urllib.request.Request(f"http://127.0.0.1:{self.control}/channel?server_id={GUILD}&channel_id={CHANNEL}", method="POST")
+        urllib.request.urlopen(request, timeout=5).read()
+        # A short path of its own: a Unix socket's path is limited to 107 bytes.
+        self.dave_socket = os.path.join(tempfile.mkdtemp(prefix="tonearm-dave-"), "dave.sock")
+        self.dave = subprocess.Popen([sys.executable, str(REPO / "bridges/dave/tonearm_dave.py"), "--socket", self.dave_socket],
+                                     stdout=subprocess.PIPE)
+        self.dave.stdout.readline()
 
     def report(self) -> dict:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.control}/report", timeout=5) as response:
@@ -61,8 +73,9 @@ class StandIn:
         raise AssertionError(f"the stand-in never heard {what}: {stream}")
 
     def stop(self) -> None:
-        self.process.kill()
-        self.process.wait()
+        for process in (self.process, self.dave):
+            process.kill()
+            process.wait()
 
 
 class MainGateway:
@@ -161,8 +174,13 @@ async def hear_the_controls(standin: StandIn, *, volume, pitch, no_filters, seek
 @pytest.fixture
 def standin():
     server = StandIn()
-    yield server
-    server.stop()
+    try:
+        yield server
+        # Whatever the test heard came through DAVE: no frame arrived plain or unopenable.
+        counts = [stream.get("dave") or {} for stream in server.report()["streams"].values()]
+        assert all(c.get("plain", 0) == 0 and c.get("failed", 0) == 0 for c in counts), f"frames not opened with DAVE: {counts}"
+    finally:
+        server.stop()
 
 
 @pytest.fixture
@@ -170,9 +188,9 @@ def node(tmp_path: Path, standin: StandIn):
     """The engine and Router, Lavalink's API on, playerUpdate every second, stats every 2 s; a 3 s tone-330.mp3
     in the media folder, and `link`: an http:// link to a 30 s 880 Hz tone."""
     running = bridge.Cluster(tmp_path, {
-        "TONEARM_VOICE_CA_FILE": standin.ca, "TONEARM_LAVALINK_PASSWORD": PASSWORD,
+        "TONEARM_VOICE_CA_FILE": standin.ca, "TONEARM_DAVE_SOCKET": standin.dave_socket, "TONEARM_LAVALINK_PASSWORD": PASSWORD,
         "TONEARM_LAVALINK_PLAYER_UPDATE_INTERVAL": "1", "TONEARM_LAVALINK_STATS_INTERVAL": "2",
-        "TONEARM_ALLOW_PRIVATE_SOURCES": "true",
+        "TONEARM_ALLOW_PRIVATE_SOURCES": "true", "TONEARM_STUCK_THRESHOLD_MS": "1000",
         "TONEARM_NORMALIZE": "false",
     })
     subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-f", "lavfi", "-i", "sine=f=330:d=3",

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import subprocess
+import sys
 import time
+import urllib.request
 
 import lavalink
 from lavalink import LoadType
 from lavalink.filters import Timescale, Volume
 
-from conftest import CHANNEL, GUILD, PASSWORD, USER, hear_the_controls, until
+from conftest import CHANNEL, GUILD, PASSWORD, REPO, USER, hear_the_controls, until
 
 
 class Hooks:
@@ -36,6 +39,14 @@ class Hooks:
     @lavalink.listener(lavalink.NodeReadyEvent)
     async def ready(self, event: lavalink.NodeReadyEvent) -> None:
         self.events.append(("ready", event.resumed))
+
+
+async def join(client: lavalink.Client, standin) -> None:
+    """The two voice events of Discord's main gateway for the guild, handed to lavalink.py."""
+    await client.voice_update_handler({"t": "VOICE_STATE_UPDATE", "d": {
+        "guild_id": str(GUILD), "user_id": str(USER), "channel_id": str(CHANNEL), "session_id": "main-gateway-session"}})
+    await client.voice_update_handler({"t": "VOICE_SERVER_UPDATE", "d": {
+        "guild_id": str(GUILD), "token": "voice-token", "endpoint": standin.endpoint}})
 
 
 def test_lavalink_py_plays_through_tonearm(node, standin):
@@ -66,10 +77,7 @@ def test_lavalink_py_plays_through_tonearm(node, standin):
             assert decoded.uri == node.link and decoded.source_name == "http" and decoded.title == link.title
 
             player = client.player_manager.create(GUILD)
-            await client.voice_update_handler({"t": "VOICE_STATE_UPDATE", "d": {
-                "guild_id": str(GUILD), "user_id": str(USER), "channel_id": str(CHANNEL), "session_id": "main-gateway-session"}})
-            await client.voice_update_handler({"t": "VOICE_SERVER_UPDATE", "d": {
-                "guild_id": str(GUILD), "token": "voice-token", "endpoint": standin.endpoint}})
+            await join(client, standin)
 
             # Two tracks in lavalink.py's own queue: the second starts on the first's TrackEndEvent.
             player.add(track=short, requester=0)
@@ -136,6 +144,53 @@ def test_lavalink_py_plays_through_tonearm(node, standin):
             await lavalink_node.destroy_player(GUILD)
         finally:
             await client.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_stalled_link_is_a_track_stuck_event_and_the_queue_moves_on(node, standin, tmp_path):
+    """A link whose server stops sending (for 12 s, once, 3 s of sound in): once the
+    read-ahead has played out and a second has passed without a frame (TONEARM_STUCK_THRESHOLD_MS
+    in the tests), lavalink.py gets TrackStuckEvent with that threshold, once. Tonearm does not stop
+    the player (as Lavalink does not); lavalink.py's DefaultPlayer plays the next track of its
+    queue on it, which the stand-in hears."""
+    link = tmp_path / "media" / "tone-880.mp3"  # 30 s: a tenth of its bytes is 3 s of it
+    server = subprocess.Popen([sys.executable, str(REPO / "Tests/Fixtures/media_server.py"), "--root", str(link.parent),
+                               "--stall-at", str(link.stat().st_size // 10), "--stall-seconds", "12", "--stall-every-whole"],
+                              stdout=subprocess.PIPE, text=True)
+    port = int(server.stdout.readline())
+
+    class Stuck(Hooks):
+        @lavalink.listener(lavalink.TrackStuckEvent)
+        async def stuck(self, event: lavalink.TrackStuckEvent) -> None:
+            self.events.append(("stuck", event.track.title, event.threshold, time.monotonic()))
+
+    async def scenario() -> None:
+        client = lavalink.Client(USER)
+        hooks = Stuck()
+        client.add_event_hooks(hooks)
+        client.add_node("127.0.0.1", node.port, PASSWORD, "us", "tonearm")
+        try:
+            stalling = (await client.get_tracks(f"http://127.0.0.1:{port}/tone-880.mp3")).tracks[0]
+            short = (await client.get_tracks("tone-330.mp3")).tracks[0]
+            player = client.player_manager.create(GUILD)
+            await join(client, standin)
+            player.add(track=stalling, requester=0)
+            player.add(track=short, requester=0)
+            await player.play()
+            started = time.monotonic()
+            await standin.wait(lambda s: s["packets"] >= 50 and abs((s["dominant_hz"] or 0) - 880) < 10, what="the link")
+            if not await until(lambda: any(e[0] == "stuck" for e in hooks.events), 15):
+                asked = urllib.request.urlopen(f"http://127.0.0.1:{port}/requests", timeout=5).read().decode()
+                raise AssertionError(f"no TrackStuckEvent: {hooks.events}; the server was asked: {asked!r}; heard {standin.stream()}")
+            stuck = next(e for e in hooks.events if e[0] == "stuck")
+            assert stuck[1:3] == ("tone-880.mp3", 1_000) and 3 < stuck[3] - started < 9, (stuck, started)
+            await standin.wait(lambda s: abs((s["dominant_hz"] or 0) - 330) < 10, timeout=5, what="the next track after the stall")
+            assert [e[0] for e in hooks.events].count("stuck") == 1, hooks.events
+        finally:
+            await client.close()
+            server.kill()
+            server.wait()
 
     asyncio.run(scenario())
 

@@ -110,6 +110,17 @@ import Testing
         #expect(translate(["type": "error", "code": "decode_failed", "message": "m"], &playing).map(\.type) == ["TrackExceptionEvent"])
     }
 
+    @Test func aStalledSourceIsATrackStuckEventWithTheEnginesThreshold() {
+        var playing = LavalinkPlayer.Tracks(current: Self.track, currentPlayID: 7)
+        let stuck = LavalinkPlayer.translate(["type": "stuck", "play_id": 7, "duration_ms": 1_000, "position_ms": 4_000], guild: "1", tracks: &playing)
+        #expect(stuck.count == 1 && stuck.first?["type"] as? String == "TrackStuckEvent" && stuck.first?["thresholdMs"] as? Int == 1_000)
+        #expect((stuck.first?["track"] as? JSONObject)?["encoded"] as? String == "e" && playing.current != nil)
+        // An older play's stall, or one with no track of the client's, is not news.
+        #expect(translate(["type": "stuck", "play_id": 6, "duration_ms": 1_000], &playing).isEmpty)
+        var idle = LavalinkPlayer.Tracks()
+        #expect(translate(["type": "stuck", "play_id": 7, "duration_ms": 1_000], &idle).isEmpty)
+    }
+
     @Test func theVoiceConnectionsEndIsAWebSocketClosedEventWithDiscordsCode() {
         var tracks = LavalinkPlayer.Tracks()
         #expect(translate(["type": "voice_state", "state": "connected"], &tracks).isEmpty && tracks.connected)

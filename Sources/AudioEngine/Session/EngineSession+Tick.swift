@@ -24,7 +24,8 @@ extension EngineSession {
     /// Moves the leading markers and at most one frame of the session's play into the batch,
     /// counts the deadline's outcome, and takes an ended play off the session.
     mutating func tick(
-        _ id: SessionID, into batch: inout TickBatch, lateTicks: UInt64, progressInterval: UInt64, wallMS: Int64
+        _ id: SessionID, into batch: inout TickBatch, lateTicks: UInt64, progressInterval: UInt64, wallMS: Int64,
+        stuckTicks: UInt64 = .max
     ) -> SessionTick {
         var outcome = SessionTick()
         guard let playback else { return outcome }
@@ -86,7 +87,27 @@ extension EngineSession {
             break
         }
         counters.add(outcome.counted)
+        noteStuck(id, playback, outcome.counted, stuckTicks: stuckTicks, into: &batch)
         return outcome
+    }
+
+    /// Counts the deadlines in a row a started, streaming play had no frame for; at `stuckTicks`
+    /// of them, once per stall, `stuck`. A frame sent starts the count again.
+    private mutating func noteStuck(
+        _ id: SessionID, _ playback: Playback, _ counted: FrameCounters, stuckTicks: UInt64, into batch: inout TickBatch
+    ) {
+        if counted.sent > 0 || machine.state != .streaming || !playStarted {
+            ticksWithoutFrame = 0
+            return
+        }
+        guard counted.nulled > 0 else { return }
+        ticksWithoutFrame &+= 1
+        if ticksWithoutFrame == stuckTicks {
+            batch.append(
+                WireEvent(
+                    type: .stuck, sessionID: id, playID: playback.playID, durationMS: Int64(clamping: stuckTicks &* 20),
+                    positionMS: positionMS))
+        }
     }
 
     /// The play's source opened: `ready`, with what is known of the track.

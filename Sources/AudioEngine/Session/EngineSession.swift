@@ -32,6 +32,8 @@ struct EngineSession {
     /// missing frame counts as nulled.
     var playStarted = false
     var counters = FrameCounters()
+    /// Deadlines in a row the started play had no frame for (`stuck` at the threshold).
+    var ticksWithoutFrame: UInt64 = 0
     /// The play being faded out under the current one: its `finished` is still owed.
     var fadingPlayID: UInt64?
     /// The play asked to follow the current one.

@@ -26,6 +26,9 @@ package struct PlaybackConfiguration: Sendable {
     var idleTimeout: Duration = .seconds(300)
     /// Frames between `progress` events (50 = once a second).
     package var progressInterval: UInt64 = 50
+    /// Deadlines in a row without a frame after which a streaming play is `stuck` (500 = 10 s,
+    /// Lavalink's default `trackStuckThresholdMs`).
+    package var stuckTicks: UInt64 = 500
     /// The encoding workers' nice value (0 = the same as the rest of the engine).
     var workerNice: Int32 = 10
 

@@ -34,7 +34,8 @@ extension SessionManager {
                 let id = state.sessions.keys[index]
                 guard let playback = state.sessions.values[index].playback else { continue }
                 let tick = state.sessions.values[index].tick(
-                    id, into: &batch, lateTicks: lateTicks, progressInterval: configuration.progressInterval, wallMS: wallMS)
+                    id, into: &batch, lateTicks: lateTicks, progressInterval: configuration.progressInterval, wallMS: wallMS,
+                    stuckTicks: configuration.stuckTicks)
                 tickTotals.add(tick.counted)
                 if tick.transcoded { transcoded += 1 }
                 if tick.tight { tight += 1 }

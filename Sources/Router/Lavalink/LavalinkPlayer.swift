@@ -3,7 +3,8 @@
 // to it in order and leave as Lavalink's (`LavalinkPlayer.translate`, a pure function):
 //   ready → TrackStartEvent; finished → TrackEndEvent (finished, stopped, replaced, cleanup; an
 //   error → loadFailed); error → TrackExceptionEvent (and TrackEndEvent loadFailed for a track that
-//   never started); voice_state disconnected → WebSocketClosedEvent with Discord's code.
+//   never started); stuck → TrackStuckEvent; voice_state disconnected → WebSocketClosedEvent with
+//   Discord's code.
 import Foundation
 import NIOCore
 import NIOPosix
@@ -94,6 +95,11 @@ final class LavalinkPlayer: ClientSink {
                 messages.append(message("TrackEndEvent", ["track": track, "reason": "loadFailed"]))
             }
             return messages
+        case "stuck":
+            // The playing track's source stalls (the engine's threshold, `duration_ms`).
+            let playID = event["play_id"] as? Int
+            guard let current = tracks.current, playID == nil || playID == tracks.currentPlayID else { return [] }
+            return [message("TrackStuckEvent", ["track": current, "thresholdMs": event["duration_ms"] as? Int ?? 10_000])]
         case "voice_state":
             switch event["state"] as? String {
             case "connected":
