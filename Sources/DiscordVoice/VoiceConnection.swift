@@ -70,6 +70,7 @@ public final class VoiceConnection: Sendable {
     /// What the frames need (`DaveNeed`'s raw value): nothing, the DAVE session first, or
     /// nothing can be sent (the call needs DAVE and its session is gone).
     private let daveNeed = Atomic<UInt8>(DaveNeed.none.rawValue)
+    private let roundTrip = Atomic<Int>(-1)
 
     private enum DaveNeed: UInt8 {
         case none, session, unavailable
@@ -111,6 +112,8 @@ public final class VoiceConnection: Sendable {
 
     /// Packets this connection put on UDP (audio and silence), for `/sessions` and tests.
     public var packetsSent: UInt64 { media.withLock { $0.sender?.packetsSent ?? 0 } }
+    /// The voice gateway's last heartbeat round trip, in ms (-1 until one was answered).
+    public var pingMS: Int { roundTrip.load(ordering: .relaxed) }
 
     /// One 20 ms Opus frame of the session: sent at once while connected, dropped otherwise.
     public func send(opus frame: ByteBuffer) {
@@ -351,6 +354,9 @@ public final class VoiceConnection: Sendable {
                 try? await outbound.close(.normalClosure, reason: nil)
             case .giveUp(let code):
                 control.withLock { $0 = .stop(.disconnected(code: code.rawValue, reason: code.description)) }
+            case .measuredRoundTrip(let sent):
+                let now = Int64(Date().timeIntervalSince1970 * 1000)
+                roundTrip.store(Int(min(max(now - sent, 0), 60_000)), ordering: .relaxed)
             default:
                 continue
             }

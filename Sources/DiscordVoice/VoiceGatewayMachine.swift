@@ -65,7 +65,8 @@ public struct VoiceGatewayMachine: Sendable {
         case discovered(ip: String, port: Int)
         case sessionDescription(mode: String, secretKey: [UInt8], daveProtocolVersion: Int)
         case resumed
-        case heartbeatAcknowledged
+        /// Heartbeat ACK (op 6), with the nonce it echoes (`t`) when it has one.
+        case heartbeatAcknowledged(nonce: Int64?)
         /// The sequence number on a message from the server (JSON `seq`, or a binary frame's first two bytes).
         case sequence(Int)
         case heartbeatDue(nowMilliseconds: Int64)
@@ -81,6 +82,9 @@ public struct VoiceGatewayMachine: Sendable {
         case sendSelectProtocol(ip: String, port: Int, mode: TransportMode)
         case sendHeartbeat(nonce: Int64, seqAck: Int)
         case startHeartbeats(every: Duration)
+        /// The heartbeat sent at `sentAtMilliseconds` (its nonce) was answered now: the voice
+        /// gateway's round trip, for the connection to measure (Lavalink's `ping`).
+        case measuredRoundTrip(sentAtMilliseconds: Int64)
         case discoverIP(ip: String, port: Int, ssrc: UInt32)
         /// Audio may flow: RTP with this SSRC, sealed with this mode and key.
         case connected(VoiceSession)
@@ -98,6 +102,8 @@ public struct VoiceGatewayMachine: Sendable {
     /// The last sequence number seen from the server (-1: none yet), sent back as `seq_ack`.
     public private(set) var seqAck = -1
     private var heartbeatUnanswered = false
+    /// The nonce (send time, ms) of the heartbeat not answered yet.
+    private var unansweredNonce: Int64?
     /// Sockets opened since the session was last connected: each waits longer, and after
     /// `maxAttempts` the connection gives up.
     private var attempts = 0
@@ -117,6 +123,7 @@ public struct VoiceGatewayMachine: Sendable {
             return []
         case (.opened, .connecting(let resuming)):
             heartbeatUnanswered = false
+            unansweredNonce = nil
             if resuming, let established {
                 phase = .awaitingResumed(established)
                 return [.sendResume(credentials, seqAck: seqAck)]
@@ -157,9 +164,13 @@ public struct VoiceGatewayMachine: Sendable {
             attempts = 0
             phase = .connected(session)
             return [.connected(session)]
-        case (.heartbeatAcknowledged, _):
+        case (.heartbeatAcknowledged(let nonce), _):
             heartbeatUnanswered = false
-            return []
+            defer { unansweredNonce = nil }
+            // Only the answer to the heartbeat sent measures the round trip: an ACK echoing
+            // another nonce (or a second ACK) says nothing of it.
+            guard let sent = unansweredNonce, nonce == nil || nonce == sent else { return [] }
+            return [.measuredRoundTrip(sentAtMilliseconds: sent)]
         case (.sequence(let sequence), _):
             seqAck = sequence
             return []
@@ -169,6 +180,7 @@ public struct VoiceGatewayMachine: Sendable {
                 return reconnect(resume: established != nil)
             }
             heartbeatUnanswered = true
+            unansweredNonce = now
             return [.sendHeartbeat(nonce: now, seqAck: seqAck)]
         case (.closed(let code), _):
             switch VoiceCloseCode.decide(code, resumable: established != nil) {
@@ -197,6 +209,7 @@ public struct VoiceGatewayMachine: Sendable {
         }
         phase = .connecting(resuming: resume)
         heartbeatUnanswered = false
+        unansweredNonce = nil
         // The first try at once (a resume is best quick), then 0.5, 1, 2, 4 … seconds.
         let delay: Duration = attempts == 1 ? .zero : .milliseconds(250 << min(attempts - 1, 5))
         return [.reconnect(resume: resume, after: delay)]

@@ -67,7 +67,9 @@ public enum VoiceGatewayMessages {
             let dave = integer(data["dave_protocol_version"]) ?? 0
             events.append(.sessionDescription(mode: mode, secretKey: bytes, daveProtocolVersion: dave))
         case 6:
-            events.append(.heartbeatAcknowledged)
+            // v8 echoes the nonce as `d.t`; older versions as `d` itself.
+            let nonce = integer(data["t"]) ?? integer(object["d"])
+            events.append(.heartbeatAcknowledged(nonce: nonce.map(Int64.init)))
         case 8:
             guard let interval = number(data["heartbeat_interval"]), interval >= 1, interval <= 600_000 else {
                 return events + [.unreadable("Hello without a heartbeat_interval of 1 ms to 10 minutes")]

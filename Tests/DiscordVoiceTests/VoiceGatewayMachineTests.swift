@@ -59,10 +59,22 @@ struct VoiceGatewayMachineTests {
         var (machine, _) = Self.connected()
         _ = machine.handle(.sequence(41))
         #expect(machine.handle(.heartbeatDue(nowMilliseconds: 1000)) == [.sendHeartbeat(nonce: 1000, seqAck: 41)])
-        _ = machine.handle(.heartbeatAcknowledged)
+        #expect(machine.handle(.heartbeatAcknowledged(nonce: 1000)) == [.measuredRoundTrip(sentAtMilliseconds: 1000)])
         _ = machine.handle(.sequence(42))
         #expect(machine.handle(.heartbeatDue(nowMilliseconds: 2000)) == [.sendHeartbeat(nonce: 2000, seqAck: 42)])
         #expect(machine.handle(.heartbeatDue(nowMilliseconds: 3000)) == [.reconnect(resume: true, after: .zero)])
+    }
+
+    /// The round trip is measured from the heartbeat's answer only: an ACK echoing another nonce,
+    /// or a second ACK, measures nothing.
+    @Test func onlyTheAnswerToTheHeartbeatSentMeasuresTheRoundTrip() {
+        var (machine, _) = Self.connected()
+        #expect(machine.handle(.heartbeatAcknowledged(nonce: 5)).isEmpty, "nothing was sent")
+        _ = machine.handle(.heartbeatDue(nowMilliseconds: 7_000))
+        #expect(machine.handle(.heartbeatAcknowledged(nonce: 6_999)).isEmpty, "another nonce")
+        _ = machine.handle(.heartbeatDue(nowMilliseconds: 8_000))
+        #expect(machine.handle(.heartbeatAcknowledged(nonce: nil)) == [.measuredRoundTrip(sentAtMilliseconds: 8_000)])
+        #expect(machine.handle(.heartbeatAcknowledged(nonce: 8_000)).isEmpty, "answered already")
     }
 
     /// Discord documents a resume as op 7 answered by op 9, the session going on as it was.

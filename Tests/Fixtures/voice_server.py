@@ -53,6 +53,7 @@ parser.add_argument("--modes", default="aead_aes256_gcm_rtpsize,aead_xchacha20_p
 parser.add_argument("--dave", action="store_true", help="take part in DAVE with clients that offer it")
 parser.add_argument("--dave-required", action="store_true")
 parser.add_argument("--heartbeat-ms", type=float, default=13750.0)
+parser.add_argument("--ack-delay-ms", type=float, default=0.0, help="answer each heartbeat this much later (a distant server)")
 parser.add_argument("--token", default="voice-token", help="the only token Identify and Resume may carry")
 parser.add_argument("--count-only", action="store_true", help="open the packets but decode no Opus (for many guilds)")
 parser.add_argument("--authority", help="a directory for the certificate authority, shared by stand-ins (default: a new one)")
@@ -362,7 +363,13 @@ async def voice_socket(request):
                     await session.call.joined(member(session))
             elif op == 3:
                 judge.note("heartbeat", seq_ack=data.get("seq_ack"))
-                await send(6, {"t": data.get("t")})
+                if args.ack_delay_ms > 0:
+                    async def acknowledge(nonce):
+                        await asyncio.sleep(args.ack_delay_ms / 1000)
+                        await send(6, {"t": nonce})
+                    asyncio.get_running_loop().create_task(acknowledge(data.get("t")))
+                else:
+                    await send(6, {"t": data.get("t")})
             elif op == 5:
                 judge.note("speaking", speaking=data.get("speaking"), ssrc=data.get("ssrc"))
             elif op == 7:

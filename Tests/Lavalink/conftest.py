@@ -38,8 +38,10 @@ class StandIn:
     (bridges/dave) runs beside the Router for the voice connections it makes."""
 
     def __init__(self) -> None:
-        self.process = subprocess.Popen([sys.executable, str(REPO / "Tests/Fixtures/voice_server.py"), "--dave", "--dave-required"],
-                                        stdout=subprocess.PIPE)
+        # A heartbeat a second, each answered 40 ms later: a voice server at a distance, whose
+        # round trip Lavalink's `ping` shows.
+        self.process = subprocess.Popen([sys.executable, str(REPO / "Tests/Fixtures/voice_server.py"), "--dave", "--dave-required",
+                                         "--heartbeat-ms", "1000", "--ack-delay-ms", "40"], stdout=subprocess.PIPE)
         ready = json.loads(self.process.stdout.readline())
         self.endpoint = f"localhost:{ready['ws_port']}"
         self.control = ready["control_port"]

@@ -90,14 +90,17 @@ final class LavalinkNode: Sendable {
         if tracks.filterVolume != 1 { filters["volume"] = tracks.filterVolume }
         return [
             "guildId": player.guild.description, "track": track, "volume": volume, "paused": state?.paused ?? false,
-            "state": Self.playerState(tracks, position: state?.positionMS ?? 0), "voice": tracks.voice, "filters": filters,
+            "state": Self.playerState(tracks, position: state?.positionMS ?? 0, ping: voice.ping(player.guild)),
+            "voice": tracks.voice, "filters": filters,
         ]
     }
 
-    static func playerState(_ tracks: LavalinkPlayer.Tracks, position: Int64) -> JSONObject {
+    /// `ping`: the voice gateway's heartbeat round trip (0 while connected before the first
+    /// heartbeat is answered; -1 when not connected, as Lavalink says it).
+    static func playerState(_ tracks: LavalinkPlayer.Tracks, position: Int64, ping: Int?) -> JSONObject {
         [
             "time": Int64(Date().timeIntervalSince1970 * 1_000), "position": position, "connected": tracks.connected,
-            "ping": tracks.connected ? 0 : -1,
+            "ping": tracks.connected ? ping ?? 0 : -1,
         ]
     }
 
@@ -228,7 +231,7 @@ final class LavalinkNode: Sendable {
                     session.send(
                         LavalinkJSON.text([
                             "op": "playerUpdate", "guildId": player.guild.description,
-                            "state": Self.playerState(tracks, position: position),
+                            "state": Self.playerState(tracks, position: position, ping: voice.ping(player.guild)),
                         ]))
                 }
             }

@@ -53,6 +53,13 @@ final class VoiceConnections: Sendable {
         }
     }
 
+    /// The voice gateway's heartbeat round trip of `id`'s connection, in ms (nil: none, or not
+    /// measured yet).
+    func ping(_ id: SessionID) -> Int? {
+        guard let ping = running.withLock({ $0[id]?.connection.pingMS }), ping >= 0 else { return nil }
+        return ping
+    }
+
     /// Connects `id`'s audio to the voice server `credentials` name, ending the connection it had;
     /// the same credentials again keep the connection as it is (a bot sends them on every
     /// connection to the Router, which is how a guild that moved pairs gets its voice back).
