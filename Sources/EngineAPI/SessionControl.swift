@@ -1,6 +1,6 @@
 // The controls of a session's current play, as the Router sends them: `POST /session/{id}/<name>`
 // with the body the engine's route decodes (`PlayTarget`, `SeekRequest`, `VolumeRequest`, `Filters`,
-// `NormalizeRequest`).
+// `NormalizeRequest`; `end_at` takes a `SeekRequest`'s fields: a position, and the play).
 
 /// One control of an engine session.
 public enum SessionControl: Sendable, Equatable, CustomStringConvertible {
@@ -12,6 +12,8 @@ public enum SessionControl: Sendable, Equatable, CustomStringConvertible {
     case filters(Filters)
     case normalize(Bool)
     case cue(Bool)
+    /// Where the current play ends (nil: where its track does).
+    case endAt(positionMS: Int64?, playID: UInt64?)
 
     /// The last path segment of the control's route.
     public var name: String {
@@ -24,6 +26,7 @@ public enum SessionControl: Sendable, Equatable, CustomStringConvertible {
         case .filters: "filters"
         case .normalize: "normalize"
         case .cue: "cue"
+        case .endAt: "end_at"
         }
     }
 
@@ -36,6 +39,7 @@ public enum SessionControl: Sendable, Equatable, CustomStringConvertible {
         case .volume(let volume): VolumeRequest(volume: volume)
         case .filters(let filters): filters
         case .normalize(let enabled), .cue(let enabled): NormalizeRequest(enabled: enabled)
+        case .endAt(let positionMS, let playID): SeekRequest(positionMS: positionMS, playID: playID)
         }
     }
 
@@ -51,6 +55,8 @@ public enum SessionControl: Sendable, Equatable, CustomStringConvertible {
             case .filters(let filters):
                 filters.equalizer.map { ("equalizer", "\($0.band):\($0.gain)") } + filters.othersSet.map { ("filter", $0) }
             case .normalize(let enabled), .cue(let enabled): [("enabled", "\(enabled)")]
+            case .endAt(let positionMS, let playID):
+                (playID.map { [("play_id", "\($0)")] } ?? []) + [("position_ms", positionMS.map { "\($0)" } ?? "none")]
             }
         return ([name] + fields.map { "\($0.0)=\($0.1)" }).joined(separator: " ")
     }

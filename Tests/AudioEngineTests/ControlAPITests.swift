@@ -71,6 +71,10 @@ import WireProtocol
         ("/nowhere", "", 404, "not_found"),
         ("/sessions", "", 405, "method_not_allowed"),
         ("/session/a", "", 405, "method_not_allowed"),
+        ("/session/a/end_at", #"{"position_ms":0}"#, 400, "invalid_position"),
+        ("/session/a/end_at", #"{"position_ms":-20}"#, 400, "invalid_position"),
+        ("/session/a/end_at", #"{"position_ms":"soon"}"#, 400, "invalid_json"),
+        ("/session/nobody/end_at", #"{"position_ms":3000}"#, 404, "session_not_found"),
     ])
     func refusedRequestsAreJSONErrors(uri: String, body: String, status: Int, code: String) async throws {
         try await refused(uri: uri, body: body, status: status, code: code)

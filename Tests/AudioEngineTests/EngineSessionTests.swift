@@ -88,6 +88,21 @@ import WireProtocol
         #expect(try tick(&session, late: 2).tick.counted == FrameCounters(), "a seek's wait is its latency")
     }
 
+    @Test func aPlayAskedToEndEndsFinishedAtThatPosition() throws {
+        let playback = play(1)
+        var session = started(playback)
+        leave([.opened(info, passthrough: false), frame(1), frame(2), frame(3)], in: playback)
+        session.endAtMS = 40
+        #expect(try tick(&session).written == ["ready 1 at 0", "audio 1"])
+        let (written, tick) = try tick(&session)
+        #expect(written == ["audio 2", "finished 1 finished"], "its end comes with the frame that reaches it")
+        #expect(tick.ended != nil && session.playback == nil && session.machine.state != .streaming)
+        // A new play has no end set.
+        let next = play(2)
+        _ = session.start(next, id, url: "tone.mp3", startMS: 0, metadata: nil)
+        #expect(session.endAtMS == nil)
+    }
+
     @Test func aPlayWithoutFramesForTheThresholdIsStuckOncePerStall() throws {
         let playback = play(1)
         var session = started(playback)

@@ -120,6 +120,13 @@ final class TonearmCluster: @unchecked Sendable {
         return engine["connected"] as? Bool == true
     }
 
+    /// Whether the pair's Router renews its leases (its `/health`'s `cluster.ok`): until its
+    /// first round it places every new session on another pair.
+    func clusterReady() async -> Bool {
+        let health = try? await getJSON(routerURL + "/health")
+        return (health?["cluster"] as? [String: Any])?["ok"] as? Bool == true
+    }
+
     func play(_ session: String, _ url: String, token: String? = TonearmCluster.botToken) async throws -> (
         status: Int, body: String
     ) {

@@ -41,6 +41,14 @@ class Hooks:
         self.events.append(("ready", event.resumed))
 
 
+def connect(node, hooks: Hooks) -> lavalink.Client:
+    """A lavalink.py client with `hooks`, its node the Router."""
+    client = lavalink.Client(USER)
+    client.add_event_hooks(hooks)
+    client.add_node("127.0.0.1", node.port, PASSWORD, "us", "tonearm")
+    return client
+
+
 async def join(client: lavalink.Client, standin) -> None:
     """The two voice events of Discord's main gateway for the guild, handed to lavalink.py."""
     await client.voice_update_handler({"t": "VOICE_STATE_UPDATE", "d": {
@@ -166,10 +174,8 @@ def test_a_stalled_link_is_a_track_stuck_event_and_the_queue_moves_on(node, stan
             self.events.append(("stuck", event.track.title, event.threshold, time.monotonic()))
 
     async def scenario() -> None:
-        client = lavalink.Client(USER)
         hooks = Stuck()
-        client.add_event_hooks(hooks)
-        client.add_node("127.0.0.1", node.port, PASSWORD, "us", "tonearm")
+        client = connect(node, hooks)
         try:
             stalling = (await client.get_tracks(f"http://127.0.0.1:{port}/tone-880.mp3")).tracks[0]
             short = (await client.get_tracks("tone-330.mp3")).tracks[0]
@@ -191,6 +197,36 @@ def test_a_stalled_link_is_a_track_stuck_event_and_the_queue_moves_on(node, stan
             await client.close()
             server.kill()
             server.wait()
+
+    asyncio.run(scenario())
+
+
+def test_end_time_ends_the_track_finished_and_the_queue_moves_on(node, standin):
+    """`endTime` (lavalink.py's `end_time`): the 30 s link ends `finished` 2 s in, as if it ran
+    out there, and lavalink.py plays the next track of its queue, heard at the stand-in."""
+    class Timed(Hooks):
+        @lavalink.listener(lavalink.TrackEndEvent)
+        async def ended(self, event: lavalink.TrackEndEvent) -> None:
+            self.events.append(("end", event.track.title if event.track else None, str(event.reason.value), time.monotonic()))
+
+    async def scenario() -> None:
+        hooks = Timed()
+        client = connect(node, hooks)
+        try:
+            link = (await client.get_tracks(node.link)).tracks[0]
+            short = (await client.get_tracks("tone-330.mp3")).tracks[0]
+            player = client.player_manager.create(GUILD)
+            await join(client, standin)
+            player.add(track=short, requester=0)
+            await player.play(link, end_time=2_000)
+            await standin.wait(lambda s: s["packets"] >= 25 and abs((s["dominant_hz"] or 0) - 880) < 10, what="the link")
+            started = time.monotonic()
+            assert await until(lambda: any(e[0] == "end" for e in hooks.events), 5), hooks.events
+            end = next(e for e in hooks.events if e[0] == "end")
+            assert end[1:3] == ("tone-880.mp3", "finished") and 0.5 < end[3] - started < 2.5, (end, started)
+            await standin.wait(lambda s: abs((s["dominant_hz"] or 0) - 330) < 10, timeout=5, what="the next track after endTime")
+        finally:
+            await client.close()
 
     asyncio.run(scenario())
 
@@ -227,7 +263,7 @@ def test_hostile_requests_get_lavalinks_errors_while_a_guild_plays(node, standin
             for body in ({"volume": 1e30}, {"volume": -5}, {"position": -1}, {"paused": "no"}, {"track": {"encoded": "AAAA"}},
                          {"track": {"encoded": "QAAAjQ" + "A" * 500}}, {"filters": {"equalizer": [{"band": 99, "gain": 9}]}},
                          {"voice": {**voice, "endpoint": "evil.example/../x"}}, {"voice": {**voice, "channelId": "not digits"}},
-                         {"endTime": 10}, {"track": {"identifier": ""}}):
+                         {"endTime": 0}, {"track": {"identifier": ""}}):
                 await refused("PATCH", other, 400, json=body)
             await refused("PATCH", other, 400, data=b"{not json")
             await refused("PATCH", other, 400, data=b"[1,2]")

@@ -148,7 +148,8 @@ import Testing
         for bad in [
             #"{"volume":1001}"#, #"{"volume":-1}"#, #"{"volume":50.5}"#, #"{"volume":true}"#, #"{"volume":"5e1"}"#,
             #"{"position":"-1"}"#, #"{"position":" 20"}"#, #"{"position":""}"#, #"{"position":"9223372036854775808"}"#, #"{"position":"-9223372036854775808"}"#,
-            #"{"position":-1}"#, #"{"position":1e300}"#, #"{"paused":1}"#, #"{"paused":"yes"}"#, #"{"endTime":5000}"#,
+            #"{"position":-1}"#, #"{"position":1e300}"#, #"{"paused":1}"#, #"{"paused":"yes"}"#, #"{"endTime":0}"#, #"{"endTime":-1}"#,
+            #"{"endTime":true}"#, #"{"endTime":2.5}"#,
             #"{"track":"x"}"#, #"{"track":{"encoded":5}}"#, #"{"track":{"encoded":"QUFB"}}"#, #"{"track":{"identifier":""}}"#,
             #"{"track":{"identifier":"a","userData":[1]}}"#, #"{"filters":[]}"#, #"{"filters":{"timescale":{"speed":-1}}}"#,
             #"{"voice":"x"}"#, #"{"filters":{"volume":5.5}}"#, #"{"filters":{"volume":-0.1}}"#, #"{"filters":{"volume":true}}"#,
@@ -168,6 +169,10 @@ import Testing
         #expect(half.filterVolume == 0.5 && half.filters?.timescale?.pitch == 1.5)
         #expect(try PlayerUpdate(try #require(LavalinkJSON.object(Array(#"{"filters":{}}"#.utf8)))).filterVolume == 1)
         #expect(try PlayerUpdate(try #require(LavalinkJSON.object(Array(#"{"volume":80}"#.utf8)))).filterVolume == nil)
+        // endTime: a position, null (where the track ends), or left out (no change).
+        #expect(try PlayerUpdate(try #require(LavalinkJSON.object(Array(#"{"endTime":3000}"#.utf8)))).endTime == .some(3_000))
+        #expect(try PlayerUpdate(try #require(LavalinkJSON.object(Array(#"{"endTime":null}"#.utf8)))).endTime == .some(nil))
+        #expect(try PlayerUpdate(try #require(LavalinkJSON.object(Array(#"{}"#.utf8)))).endTime == nil)
     }
 
     @Test func theEnginePlaysAtTheProductOfTheVolumeAndTheVolumeFilter() {

@@ -99,6 +99,14 @@ extension ControlAPI {
             }
             return try manager.seek(sessionID: id, positionMS: position, playID: body.playID)
         }
+        router.post("/session/:id/end_at") { request, context -> SessionInfo in
+            let id = try Self.sessionID(context)
+            let body = try await Self.decode(SeekRequest.self, request, context)
+            if let position = body.positionMS, position <= 0 {
+                throw APIError.badRequest("invalid_position", "\"position_ms\" is where the play ends, above 0 ms (or none)")
+            }
+            return try manager.endAt(sessionID: id, positionMS: body.positionMS, playID: body.playID)
+        }
         router.get("/session/:id") { _, context -> SessionInfo in
             try manager.info(sessionID: try Self.sessionID(context))
         }

@@ -58,6 +58,12 @@ extension EngineSession {
                     outcome.tight = framesLeft == 0
                 }
                 sent(id, passthrough: passthrough, sourceMicros: sourceMicros, progressInterval: progressInterval, into: &batch)
+                if let endAt = endAtMS, positionMS >= endAt {
+                    // Its end, asked for: as if the track ran out here.
+                    playback.cancel()
+                    outcome.failed = ended(id, playback, reason: .finished, error: nil, into: &batch)
+                    outcome.ended = playback
+                }
             case .end(let reason, let error):
                 outcome.failed = ended(id, playback, reason: reason, error: error, into: &batch)
                 outcome.ended = playback

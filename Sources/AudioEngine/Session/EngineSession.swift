@@ -34,6 +34,8 @@ struct EngineSession {
     var counters = FrameCounters()
     /// Deadlines in a row the started play had no frame for (`stuck` at the threshold).
     var ticksWithoutFrame: UInt64 = 0
+    /// The position at which the current play ends (`end_at`; nil: where its track does).
+    var endAtMS: Int64?
     /// The play being faded out under the current one: its `finished` is still owed.
     var fadingPlayID: UInt64?
     /// The play asked to follow the current one.
@@ -114,6 +116,7 @@ struct EngineSession {
         restartPosition(atMS: startMS)
         startAtMS = nil
         handOver = nil
+        endAtMS = nil
         // Until the play's first frame goes out, an empty deadline is its start-up, not lateness.
         playStarted = false
         lastChange = .now

@@ -5,6 +5,7 @@
 // first, then carried out here in Lavalink's order: voice, track, position, volume, paused,
 // filters.
 import DiscordVoice
+import EngineAPI
 import Foundation
 import Logging
 import ServiceSupport
@@ -150,6 +151,7 @@ final class LavalinkNode: Sendable {
             try await run(paused ? .pause : .resume, on: guild)
         }
         if let filters = update.filters { try await run(.filters(filters), on: guild) }
+        if let endTime = update.endTime { try await end(player, at: endTime, newTrack: update.track) }
         return await view(player)
     }
 
@@ -178,6 +180,45 @@ final class LavalinkNode: Sendable {
     }
 
     static let startPatience: Duration = .seconds(10)
+
+    /// `endTime`: the engine ends the player's play there, `finished` (Lavalink's TrackEndEvent
+    /// `finished`). A track given with it gets it once the engine has opened it (its `ready`, at
+    /// most `startPatience`), without holding up the answer; `null` with a new track is nothing
+    /// to do (a new play has no end set).
+    private func end(_ player: LavalinkPlayer, at endTime: Int64?, newTrack: PlayerUpdate.TrackChange) async throws(LavalinkError) {
+        switch newTrack {
+        case .stop: return
+        case .play, .identifier:
+            guard let endTime else { return }
+            Task { await self.endOnceStarted(player, at: endTime) }
+        case .keep:
+            let (playID, pending) = player.state.withLock { ($0.currentPlayID, $0.pending != nil) }
+            if pending, let endTime {
+                Task { await self.endOnceStarted(player, at: endTime) }
+            } else if let playID {
+                do {
+                    try await engine.control(player.guild, .endAt(positionMS: endTime, playID: UInt64(exactly: playID)))
+                } catch {
+                    throw LavalinkError(status: error.status, message: error.message, code: error.code)
+                }
+            }
+        }
+    }
+
+    private func endOnceStarted(_ player: LavalinkPlayer, at endTime: Int64) async {
+        let deadline = ContinuousClock.now + Self.startPatience
+        while ContinuousClock.now < deadline {
+            if let playID = player.state.withLock({ $0.pending == nil ? $0.currentPlayID : nil }) {
+                do {
+                    try await engine.control(player.guild, .endAt(positionMS: endTime, playID: UInt64(exactly: playID)))
+                } catch {
+                    logger.info("endTime not set", metadata: ["guild": "\(player.guild)", "why": "\(error.message)"])
+                }
+                return
+            }
+            try? await Task.sleep(for: .milliseconds(50))
+        }
+    }
 
     /// `DELETE …/players/{guildId}`, or the end of its session: the guild stops, its voice
     /// connection ends, the player is gone.

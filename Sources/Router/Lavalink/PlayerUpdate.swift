@@ -19,6 +19,8 @@ struct PlayerUpdate: Sendable {
 
     var track = TrackChange.keep
     var position: Int64?
+    /// `endTime`: where the track ends (ms), or `null`: where it does (the field left out: no change).
+    var endTime: Int64??
     var volume: Int?
     var paused: Bool?
     var filters: Filters?
@@ -54,8 +56,15 @@ struct PlayerUpdate: Sendable {
             }
             self.position = position
         }
-        if let value = body["endTime"], !(value is NSNull) {
-            throw .badRequest("endTime is not supported by Tonearm; stop the track yourself (track.encoded null)")
+        if let value = body["endTime"] {
+            if value is NSNull {
+                endTime = .some(nil)
+            } else {
+                guard let end = Self.integer(value), end > 0, end <= Self.maxPositionMS else {
+                    throw .badRequest("endTime must be a whole number of milliseconds from 1 to \(Self.maxPositionMS), or null")
+                }
+                endTime = .some(end)
+            }
         }
         if let value = body["volume"] {
             guard let volume = Self.integer(value), (0...1_000).contains(volume) else {
