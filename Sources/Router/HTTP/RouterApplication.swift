@@ -87,7 +87,11 @@ struct RouterApplication {
             }
         }
         ClusterRoutes(member: relay?.member, access: access).addRoutes(to: router)
-        if let lavalink { LavalinkRoutes(node: lavalink).addRoutes(to: router) }
+        if let lavalink {
+            let plugin = TonearmPlugin(
+                node: lavalink, layers: LayerCommands(directory: directory, link: link, engine: engine), tokens: access.tokens)
+            LavalinkRoutes(node: lavalink, plugin: plugin).addRoutes(to: router)
+        }
         var clients = ClientConnections(store: store, directory: directory, access: access, link: link, engine: engine)
         clients.relay = relay
         clients.hls = hls ?? HLSOutput(store: store)

@@ -89,6 +89,7 @@ final class LavalinkNode: Sendable {
         // With a volume filter the session plays at the product: the player's volume is its own.
         let volume = tracks.filterVolume == 1 ? state?.volume ?? 100 : tracks.volume ?? 100
         if tracks.filterVolume != 1 { filters["volume"] = tracks.filterVolume }
+        filters["pluginFilters"] = [TonearmSettings.pluginName: TonearmSettings.json(state, directory: directory)] as JSONObject
         return [
             "guildId": player.guild.description, "track": track, "volume": volume, "paused": state?.paused ?? false,
             "state": Self.playerState(tracks, position: state?.positionMS ?? 0, ping: voice.ping(player.guild)),
@@ -151,6 +152,7 @@ final class LavalinkNode: Sendable {
             try await run(paused ? .pause : .resume, on: guild)
         }
         if let filters = update.filters { try await run(.filters(filters), on: guild) }
+        for command in update.settings?.commands ?? [] { try await run(command, on: guild) }
         if let endTime = update.endTime { try await end(player, at: endTime, newTrack: update.track) }
         return await view(player)
     }
@@ -234,7 +236,7 @@ final class LavalinkNode: Sendable {
     }
 
     @discardableResult
-    private func run(_ command: SessionCommand, on guild: SessionID) async throws(LavalinkError) -> SessionView {
+    func run(_ command: SessionCommand, on guild: SessionID) async throws(LavalinkError) -> SessionView {
         do {
             return try await commands.run(command, on: guild, browser: false)
         } catch {

@@ -33,6 +33,9 @@ final class LavalinkPlayer: ClientSink {
         /// volume filter; the engine plays at their product (`PlayerUpdate.engineVolume`).
         var volume: Int?
         var filterVolume = 1.0
+        /// Tracks given to Tonearm's queue through the plugin (`POST …/tonearm/queue`), in its
+        /// order: each becomes `current` at the next `ready` that has no `pending`.
+        var queued: [JSONObject] = []
     }
 
     init(guild: SessionID, session: LavalinkSession) {
@@ -60,13 +63,28 @@ final class LavalinkPlayer: ClientSink {
         }
         switch event["type"] as? String {
         case "ready":
-            // A track the client did not give (the session's own queue moved on) has none to name.
             let playID = event["play_id"] as? Int
-            guard playID == nil || playID != tracks.currentPlayID, let track = tracks.pending ?? tracks.current else { return [] }
+            guard playID == nil || playID != tracks.currentPlayID else { return [] }
+            var messages: [JSONObject] = []
+            let track: JSONObject
+            if let pending = tracks.pending {
+                track = pending
+                tracks.pending = nil
+            } else if !tracks.queued.isEmpty {
+                // Tonearm's queue moved on to a track given through the plugin. A gapless join's
+                // `ready` comes before the previous play's `finished`: that one ended `replaced`
+                // (as below), and its later `finished` is an older play's.
+                if let previous = tracks.current { messages.append(message("TrackEndEvent", ["track": previous, "reason": "replaced"])) }
+                track = tracks.queued.removeFirst()
+            } else if let current = tracks.current {
+                track = current
+            } else {
+                // A track the client did not give (another client queued it) has none to name.
+                return []
+            }
             tracks.current = track
             tracks.currentPlayID = playID
-            tracks.pending = nil
-            return [message("TrackStartEvent", ["track": track])]
+            return messages + [message("TrackStartEvent", ["track": track])]
         case "finished":
             let reason = event["reason"] as? String ?? "finished"
             let lavalinkReason = ["finished": "finished", "stopped": "stopped", "replaced": "replaced", "cleanup": "cleanup"][reason]
@@ -76,11 +94,19 @@ final class LavalinkPlayer: ClientSink {
             if let current = tracks.current, playID == nil || playID == tracks.currentPlayID {
                 tracks.current = nil
                 tracks.currentPlayID = nil
-                return [message("TrackEndEvent", ["track": current, "reason": lavalinkReason ?? "loadFailed"])]
+                // Tonearm's queue goes on with a track given through the plugin: `replaced`
+                // (mayStartNext false), so that the client's own queue does not start over it.
+                let next = reason == "finished" && !tracks.queued.isEmpty ? "replaced" : lavalinkReason
+                return [message("TrackEndEvent", ["track": current, "reason": next ?? "loadFailed"])]
             }
-            guard reason == "error", let pending = tracks.pending else { return [] }
-            tracks.pending = nil
-            return [message("TrackEndEvent", ["track": pending, "reason": "loadFailed"])]
+            guard reason == "error" else { return [] }
+            if let pending = tracks.pending {
+                tracks.pending = nil
+                return [message("TrackEndEvent", ["track": pending, "reason": "loadFailed"])]
+            }
+            // A queued track that never started: the next `ready` is the one after it.
+            guard !tracks.queued.isEmpty else { return [] }
+            return [message("TrackEndEvent", ["track": tracks.queued.removeFirst(), "reason": "loadFailed"])]
         case "error":
             guard let track = tracks.pending ?? tracks.current else { return [] }
             let code = event["code"] as? String ?? "error"

@@ -13,6 +13,7 @@ import WireProtocol
 
 struct LavalinkRoutes {
     let node: LavalinkNode
+    let plugin: TonearmPlugin
 
     func addRoutes(to router: Router<TonearmRequestContext>) {
         router.add(middleware: LavalinkPassword(password: node.password))
@@ -109,6 +110,7 @@ struct LavalinkRoutes {
         router.ws("/v4/websocket") { _, _ in .upgrade([:]) } onUpgrade: { inbound, outbound, context in
             try await LavalinkSocket(node: node).serve(inbound: inbound, outbound: outbound, request: context.request)
         }
+        plugin.addRoutes(to: router)
     }
 
     /// A guild id is a Discord id (a snowflake: up to 20 digits), as Lavalink reads it.
@@ -127,7 +129,8 @@ struct LavalinkRoutes {
         }
     }
 
-    /// `/v4/info`: Tonearm's build, the sources it loads from and the filters it applies.
+    /// `/v4/info`: Tonearm's build, the sources it loads from, the filters it applies and its
+    /// plugin (`TonearmPlugin`).
     static func info() -> JSONObject {
         [
             "version": ["semver": LavalinkJSON.version, "major": 4, "minor": 0, "patch": 0, "preRelease": NSNull(), "build": "tonearm"] as JSONObject,
@@ -135,13 +138,13 @@ struct LavalinkRoutes {
             "jvm": "none (Tonearm is Swift)", "lavaplayer": "none (Tonearm decodes with FFmpeg's libraries)",
             "sourceManagers": ["http", "local", "youtube", "soundcloud"],
             "filters": ["volume", "equalizer", "karaoke", "timescale", "tremolo", "vibrato", "rotation", "distortion", "channelMix", "lowPass"],
-            "plugins": [JSONObject](),
+            "plugins": [TonearmPlugin.info],
         ]
     }
 }
 
 /// Runs a route's body and answers its value as JSON, or its error in Lavalink's body.
-private func answer(
+func answer(
     _ request: Request, status: HTTPResponse.Status = .ok, _ body: () async throws(LavalinkError) -> Any
 ) async -> Response {
     do {

@@ -26,6 +26,9 @@ struct PlayerUpdate: Sendable {
     var filters: Filters?
     /// Lavalink's `volume` filter, given with every `filters` (1 when it is left out).
     var filterVolume: Double?
+    /// `filters.pluginFilters.tonearm`: Tonearm's settings of the guild (kept until changed, not
+    /// replaced with the other filters: they are the guild's, as its queue is).
+    var settings: TonearmSettings?
     var voice: JSONObject?
 
     /// The largest position a seek takes (Tonearm's own limit).
@@ -88,6 +91,7 @@ struct PlayerUpdate: Sendable {
             } else {
                 filterVolume = 1
             }
+            settings = try TonearmSettings.fromPluginFilters(object.removeValue(forKey: "pluginFilters"))
             let read: Filters
             do {
                 read = try CommandParsing.arguments(LavalinkJSON.data(object)).filters

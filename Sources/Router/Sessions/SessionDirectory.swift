@@ -24,7 +24,7 @@ actor SessionDirectory {
     /// The most engine plays browser sessions may hold at once (nil: no limit); bots keep the rest.
     private let browserPlays: Int?
     /// A new session's loudness normalisation (TONEARM_NORMALIZE).
-    private let normalizeByDefault: Bool
+    let normalizeByDefault: Bool
     /// Sessions a browser token has commanded, and those let start a play lately (their play may
     /// still be resolving, so it does not show as active yet).
     private var browserSessions: Set<SessionID> = []
