@@ -27,11 +27,9 @@ report() {  # name, status
 
 # The suite that mostly waits, and whose deadlines are seconds: PartitionEndToEndTests cuts and
 # mends a pair's link ten times and watches each for 14 s (169 s of CI's 1,095 s at eefced4), its
-# checks a failover under 5.5 s and a heal under 1 s. It runs after the others, beside
-# schemathesis, which has no deadline at all, and beside TONEARM_TESTS_IDLE_WORK if that names a
-# command: CI builds the fuzz targets there, at the idle scheduling class, so that they take only
-# the CPU the two leave (that build took 227 s on its own in CI at eefced4). Every other suite has
-# deadlines of 100–200 ms and runs alone (see above).
+# checks a failover under 5.5 s and a heal under 1 s. It runs last, beside schemathesis, which has
+# no deadline at all. (A build beside them as well, at the idle class, passed but only moved where
+# the build waited: .ci/run.) Every other suite has deadlines of 100–200 ms and runs alone (above).
 waiting='PartitionEndToEndTests'
 # swift-testing's own command line, as `swift test` passes it
 "$tests" --testing-library swift-testing --no-parallel --skip "$waiting" 2>&1 | tee "$logs/swift.log"
@@ -39,22 +37,11 @@ swift=${PIPESTATUS[0]}
 report "the Swift suites but $waiting" "$swift"
 ( "$tests" --testing-library swift-testing --no-parallel --filter "$waiting" >"$logs/waiting.log" 2>&1; echo $? >"$logs/waiting.status" ) &
 waiting_pid=$!
-idle_pid=
-if [ -n "${TONEARM_TESTS_IDLE_WORK:-}" ]; then
-  ( chrt --idle 0 bash -c "$TONEARM_TESTS_IDLE_WORK" >"$logs/idle.log" 2>&1; echo $? >"$logs/idle.status" ) &
-  idle_pid=$!
-fi
 Tests/API/run.sh >"$logs/api.log" 2>&1
 api=$?
 wait "$waiting_pid"
 cat "$logs/api.log" "$logs/waiting.log"
 report "schemathesis ($api) beside $waiting" "$(cat "$logs/waiting.status")"
-if [ -n "$idle_pid" ]; then
-  wait "$idle_pid"
-  cat "$logs/idle.log"
-  report "'$TONEARM_TESTS_IDLE_WORK' beside them" "$(cat "$logs/idle.status")"
-  [ "$(cat "$logs/idle.status")" = 0 ] || api=1
-fi
 [ "$(cat "$logs/waiting.status")" = 0 ] || swift=1
 { (cd bridges/discord && python3 -m pytest -q) && python3 -m pytest -q Tests/Lavalink; } 2>&1 | tee "$logs/others.log"
 pythons=${PIPESTATUS[0]}
