@@ -12,7 +12,7 @@ theirs and the Router's is measured apart):
 Each prints one JSON object: requests, bytes, errors, and for HLS the segments missed (a player
 that fell behind the six-segment window) and request times p50/p99.
 """
-import errno, json, os, re, selectors, socket, sys, time
+import errno, json, os, re, selectors, socket, sys, time, urllib.parse
 from urllib.parse import urlsplit
 
 
@@ -177,9 +177,10 @@ def main():
 # ---------------------------------------------------------------- the row
 
 
-def row(tool, engine_class, router_class, cpu_seconds, token, listeners, seconds, nginx=None):
+def row(tool, engine_class, router_class, cpu_seconds, listeners, seconds, nginx=None, bot_token=None):
     """One session through one Router: its CPU with the session alone, with `listeners` HLS
-    players, and with as many `/listen` listeners, each over `seconds` of steady state; with
+    players, and with as many `/listen` listeners, each over `seconds` of steady state, all with
+    the session's listen token (or `bot_token`, for a comparison); with
     `nginx` (a path to Debian's nginx binary), the same players through deploy/hls-cache's
     configuration in front: the Router's CPU then, and nginx's."""
     here = os.path.abspath(__file__)
@@ -195,6 +196,11 @@ def row(tool, engine_class, router_class, cpu_seconds, token, listeners, seconds
         if status != 202:
             raise SystemExit(f"tonearm-load: play answered {status}: {body}")
         time.sleep(3)
+        # The listeners carry a listen token, as operators are told to publish (not the bot's).
+        status, body = router.command("station", "listen-token")
+        if status != 200 or not isinstance(body, dict) or "token" not in body:
+            raise SystemExit(f"tonearm-load: listen-token answered {status}: {body}")
+        token = urllib.parse.quote(bot_token or body["token"], safe="")
 
         def measure(label, client=None, warmup=0.0, others=()):
             time.sleep(warmup)
@@ -233,9 +239,10 @@ def row(tool, engine_class, router_class, cpu_seconds, token, listeners, seconds
         engine.stop()
     alone = results["alone"]["core"]
     hls, listen = results["hls"], results["listen"]
-    command = f"Benchmarks/Load/tonearm-load --rows hls --hls-listeners {listeners} --hls-seconds {seconds:g}"
+    command = f"Benchmarks/Load/tonearm-load --rows hls --hls-listeners {listeners} --hls-seconds {seconds:g}" + (
+        " --hls-bot-token" if bot_token else "")
     per = lambda core: (core - alone) / listeners * 1e6  # µs of CPU per listener per second
-    tool.row(f"hls: {listeners} HLS players of one session, one Router",
+    tool.row(f"hls: {listeners} HLS players of one session, one Router, with {'the bot' if bot_token else 'a listen'} token",
              f"Router {100 * (hls['core'] - alone):.1f} % of a core beyond the session alone ({100 * alone:.2f} %): "
              f"{per(hls['core']):.0f} µs per listener per second; {hls['requests'] / hls['seconds']:,.0f} requests/s "
              f"({hls['playlists']:,} playlists, {hls['segments']:,} segments), p50 {hls['p50_ms']:.1f} / p99 {hls['p99_ms']:.1f} ms, "

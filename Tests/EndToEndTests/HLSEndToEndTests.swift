@@ -86,6 +86,22 @@ import Testing
         let startDate = try #require(Self.date(range![start].dropFirst(12).dropLast()))
         #expect(abs(startDate.timeIntervalSince(readyAt)) <= 2.5, "the range starts \(startDate.timeIntervalSince(readyAt)) s from the track")
 
+        // A gapless join (the queue moving on, crossfade 0) is no discontinuity: every
+        // discontinuity ever marked is either still a tag in the playlist or counted by
+        // EXT-X-DISCONTINUITY-SEQUENCE once it left (RFC 8216 §6.2.2), so their sum stays.
+        func discontinuities() async throws -> Int {
+            let lines = try await Self.fetch(base + "index.m3u8?" + token).text.split(separator: "\n")
+            let left = lines.first { $0.hasPrefix("#EXT-X-DISCONTINUITY-SEQUENCE:") }.flatMap { Int($0.dropFirst(30)) } ?? -1
+            return left + lines.filter { $0 == "#EXT-X-DISCONTINUITY" }.count
+        }
+        let before = try await discontinuities()
+        #expect(try await cluster.post(cluster.routerURL + "/api/sessions/\(session)/queue", #"{"url":"tone-440.mp3"}"#).status < 300)
+        #expect(try await cluster.post(cluster.routerURL + "/api/sessions/\(session)/seek", #"{"position_ms":27000}"#).status < 300)
+        #expect(await bot.hears(440))
+        // An observation window: two segments cut after the join.
+        try await Task.sleep(for: .seconds(4))
+        #expect(try await discontinuities() == before, "the gapless join was marked as a discontinuity")
+
         // Stopped and silent past 10 s, the playlist says it has ended.
         #expect(try await cluster.stopSession(session).status == 200)
         #expect(

@@ -30,6 +30,32 @@ import WireProtocol
         return (id, identity.token, hls, answers)
     }
 
+    /// A gapless join (crossfade 0) sends the new play's `ready` before the old play's
+    /// `finished`, which comes once the old track's last samples are out: neither cuts the
+    /// segment short nor marks a discontinuity; a stop (the last play's `finished`) does.
+    @Test func aGaplessJoinIsNeitherAGapNorADiscontinuity() async throws {
+        let (id, _, hls, _) = try await playing()
+        func event(_ type: EventType, play: UInt64, reason: FinishReason? = nil) {
+            hls.take(.event(WireEvent(type: type, sessionID: id, playID: play, reason: reason).jsonLine()), for: id)
+        }
+        func audio(_ count: Int) { for _ in 0..<count { hls.take(.audio(ByteBuffer(bytes: [0xFC, 0])), for: id) } }
+        event(.ready, play: 1)
+        audio(50)
+        event(.ready, play: 2)  // the next track's first packet follows
+        audio(10)
+        event(.finished, play: 1, reason: .finished)  // the old track's last samples are out
+        audio(140)
+        let playlist = await hls.playlist(id, query: "", wait: .zero)
+        #expect(!playlist.contains("#EXT-X-DISCONTINUITY\n"), "\(playlist)")
+        #expect(!playlist.contains("#EXTINF:1.") && !playlist.contains("#EXTINF:0."), "a segment was cut short: \(playlist)")
+        // The play that came last ends: that is a gap.
+        event(.finished, play: 2, reason: .stopped)
+        audio(1)
+        #expect(await hls.playlist(id, query: "", wait: .zero).contains("#EXTINF:0.400,"))
+        audio(100)
+        #expect(await hls.playlist(id, query: "", wait: .zero).contains("#EXT-X-DISCONTINUITY\n"))
+    }
+
     func channel(_ answers: HLSFastAnswers) throws -> EmbeddedChannel {
         let channel = EmbeddedChannel()
         try channel.pipeline.syncOperations.addHandler(HLSFastPath(answers: answers))

@@ -84,6 +84,40 @@ struct HLSStreamTests {
         #expect(!stream.playlist().contains("ENDLIST"))
     }
 
+    /// RFC 8216 §6.2.2: a server that removes an `EXT-X-DISCONTINUITY` from the playlist MUST
+    /// increment `EXT-X-DISCONTINUITY-SEQUENCE`, so that a player joining later numbers the
+    /// discontinuities as one that stayed did.
+    @Test func theDiscontinuitySequenceCountsTheGapsThatLeftThePlaylist() {
+        var stream = HLSStream()
+        var now: Int64 = 1_000_000
+        func play(_ packets: Int) {
+            for _ in 0..<packets {
+                stream.append(packet(0), nowMS: now)
+                now += 20
+            }
+        }
+        func tags() -> (sequence: String?, discontinuities: Int) {
+            let lines = stream.playlist().split(separator: "\n")
+            return (lines.first { $0.hasPrefix("#EXT-X-DISCONTINUITY-SEQUENCE:") }.map { String($0.dropFirst(30)) },
+                    lines.filter { $0 == "#EXT-X-DISCONTINUITY" }.count)
+        }
+        play(100)  // segment 1
+        for _ in 0..<2 {  // segments 2 and 3, each after a pause
+            stream.gap()
+            now += 5_000
+            play(100)
+        }
+        #expect(tags().sequence == "0" && tags().discontinuities == 2)
+        play(400)  // segments 4–7: segment 1 leaves, which followed no gap
+        #expect(stream.segments.first?.sequence == 2 && tags().sequence == "0" && tags().discontinuities == 2)
+        play(100)  // segment 2 leaves with its discontinuity
+        #expect(tags().sequence == "1" && tags().discontinuities == 1)
+        play(100)
+        #expect(tags().sequence == "2" && tags().discontinuities == 0)
+        play(600)
+        #expect(tags().sequence == "2", "segments without a gap leave the count alone")
+    }
+
     /// The initialisation segment is an `ftyp` then a `moov` whose sample entry is `Opus` with a
     /// `dOps`; a media segment's `trun` points at its `mdat`'s first byte.
     @Test func theBoxesAreWhereAReaderLooks() throws {

@@ -45,6 +45,19 @@ import WireProtocol
         #expect(tokens.verifyListen("l1.1234567890123456789.\(parts[2])") == nil)
         let otherSecret = IdentityTokens(secret: Data("another secret, also long enough".utf8))
         #expect(tokens.verifyListen(otherSecret.listenToken(for: identity.sessionID)) == nil)
+        // Remembered once verified, refused as before when forged: a forged token asked for again
+        // is verified again (never remembered), and a good one still names its own session.
+        #expect(tokens.verifyListen(listen) == identity.sessionID)
+        #expect(tokens.verifyListen(otherSecret.listenToken(for: identity.sessionID)) == nil)
+        #expect(otherSecret.verifyListen(listen) == nil, "another secret's cache holds nothing of this one's")
+    }
+
+    @Test func theRememberedTokensStayBounded() {
+        let remembered = VerifiedTokens()
+        let id = tokens.issue().sessionID
+        for index in 0..<(VerifiedTokens.limit + 10) { remembered.remember("token-\(index)", id) }
+        #expect(remembered.session(of: "token-\(VerifiedTokens.limit + 9)") == id)
+        #expect(remembered.session(of: "token-0") == nil, "the oldest were let go")
     }
 
     @Test func theSecretIsGeneratedOnceAndKept() throws {

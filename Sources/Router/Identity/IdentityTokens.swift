@@ -3,6 +3,7 @@
 // generated and kept in the data directory on first start).
 import Crypto
 import Foundation
+import Synchronization
 import WireProtocol
 
 /// An identity as `POST /api/identity` hands it out.
@@ -19,6 +20,9 @@ struct Identity: Sendable, Equatable, Codable {
 /// Issues and verifies identity tokens.
 struct IdentityTokens: Sendable {
     private let key: SymmetricKey
+    /// Listen tokens already verified: every request of every HLS listener carries one, most
+    /// listeners of a station the same, so each is verified once, not at every request.
+    private let listenTokens = VerifiedTokens()
     /// The token format's version, so a later format can be told apart.
     private static let version = "v1"
 
@@ -46,7 +50,12 @@ struct IdentityTokens: Sendable {
     func verify(_ token: String) -> SessionID? { verified(token, Self.version) }
 
     /// The session a listen token lets its holder hear, or nil when it is not one.
-    func verifyListen(_ token: String) -> SessionID? { verified(token, Self.listenVersion) }
+    func verifyListen(_ token: String) -> SessionID? {
+        if let known = listenTokens.session(of: token) { return known }
+        guard let id = verified(token, Self.listenVersion) else { return nil }
+        listenTokens.remember(token, id)
+        return id
+    }
 
     private func sign(_ version: String, _ sessionID: SessionID) -> String {
         let payload = "\(version).\(sessionID)"
@@ -99,5 +108,22 @@ struct IdentityTokens: Sendable {
         var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
         while base64.count % 4 != 0 { base64 += "=" }
         return Data(base64Encoded: base64)
+    }
+}
+
+/// Tokens whose signature was found good, and the session each names. Only good tokens are kept
+/// (a forged one is verified every time and never stored), at most `limit`; when full it starts
+/// again empty. A token is good for as long as the secret is, so nothing else expires.
+final class VerifiedTokens: Sendable {
+    private let known = Mutex<[String: SessionID]>([:])
+    static let limit = 4_096
+
+    func session(of token: String) -> SessionID? { known.withLock { $0[token] } }
+
+    func remember(_ token: String, _ id: SessionID) {
+        known.withLock { known in
+            if known.count >= Self.limit { known.removeAll(keepingCapacity: true) }
+            known[token] = id
+        }
     }
 }

@@ -18,6 +18,10 @@ final class HLSOutput: Sendable {
         /// listeners of a station share one token, so nearly every request is a lookup.
         var rendered: [String: String] = [:]
         var renderedRevision: UInt64 = 0
+        /// The play whose `ready` came last: an older play's `finished` is a gapless join's or a
+        /// crossfade's (it comes once the old track's last samples are out, after the new one's
+        /// first packet), not a gap.
+        var playing: UInt64?
 
         /// The playlist for `query`, rendered at most once per change of the stream.
         mutating func playlist(query: String) -> String {
@@ -132,8 +136,13 @@ final class HLSOutput: Sendable {
             case .event(let line):
                 guard let event = Self.event(line) else { return }
                 switch event.type {
-                case .ready: entries[id]?.stream.trackStarted(title: event.title, artist: event.artist)
-                case .paused, .finished: entries[id]?.stream.gap()
+                case .ready:
+                    entries[id]?.playing = event.playID
+                    entries[id]?.stream.trackStarted(title: event.title, artist: event.artist)
+                case .finished:
+                    if let ended = event.playID, let playing = entries[id]?.playing, ended != playing { return }
+                    entries[id]?.stream.gap()
+                case .paused: entries[id]?.stream.gap()
                 default: break
                 }
             }

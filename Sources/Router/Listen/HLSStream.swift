@@ -5,7 +5,9 @@
 // Track changes are in the playlist as `EXT-X-DATERANGE` tags at the moment in the stream the new
 // track starts (its first packet), each with the segments' `EXT-X-PROGRAM-DATE-TIME` as the clock.
 // A pause or a stop ends the segment being cut (it is shorter), and what comes after it is marked
-// `EXT-X-DISCONTINUITY`; a session that stays silent `endAfter` says so with `EXT-X-ENDLIST`.
+// `EXT-X-DISCONTINUITY` (a gapless join or a crossfade is neither: `HLSOutput` tells them apart);
+// `EXT-X-DISCONTINUITY-SEQUENCE` counts the discontinuities that have left the playlist (RFC 8216
+// §6.2.2); a session that stays silent `endAfter` says so with `EXT-X-ENDLIST`.
 import Foundation
 import NIOCore
 
@@ -38,6 +40,8 @@ struct HLSStream {
     private var pending: [ByteBuffer] = []
     private var pendingStartMS: Int64?
     private var nextSequence: UInt32 = 1
+    /// Discontinuities whose segments have left the playlist.
+    private(set) var discontinuitySequence: UInt32 = 0
     private var decodeTime: UInt64 = 0
     private var nextTrackID: UInt64 = 1
     /// The next segment follows a gap.
@@ -98,7 +102,11 @@ struct HLSStream {
         pending.removeAll(keepingCapacity: true)
         pendingStartMS = nil
         afterGap = false
-        if segments.count > Self.kept { segments.removeFirst(segments.count - Self.kept) }
+        if segments.count > Self.kept {
+            let leaving = segments.count - Self.kept
+            discontinuitySequence &+= UInt32(segments.prefix(leaving).filter(\.discontinuity).count)
+            segments.removeFirst(leaving)
+        }
         // Track starts before the oldest segment kept are no longer in any playlist.
         if let oldest = segments.first?.startMS {
             let current = tracks.last?.id
@@ -119,7 +127,7 @@ struct HLSStream {
         var lines = [
             "#EXTM3U", "#EXT-X-VERSION:7", "#EXT-X-TARGETDURATION:\(Self.targetDurationSeconds)",
             "#EXT-X-MEDIA-SEQUENCE:\(segments.first?.sequence ?? nextSequence)",
-            "#EXT-X-DISCONTINUITY-SEQUENCE:0",
+            "#EXT-X-DISCONTINUITY-SEQUENCE:\(discontinuitySequence)",
             #"#EXT-X-MAP:URI="init.mp4\#(suffix)""#,
         ]
         // The track playing since before the oldest segment kept: a player joining now still
