@@ -161,8 +161,9 @@ import Testing
         try await chained.write(to: URL(fileURLWithPath: file))
         try await unchained.write(to: URL(fileURLWithPath: single))
         try await late.write(to: URL(fileURLWithPath: lateFile))
-        let lateTitles = try Self.run(["opusinfo", lateFile]).split(separator: "\n").filter { $0.lowercased().contains("title=") }
-        #expect(lateTitles.first?.contains("440") == true, "a late listener's titles: \(lateTitles)")
+        let lateReport = try Self.run(["opusinfo", lateFile])
+        let lateTitles = lateReport.split(separator: "\n").filter { $0.lowercased().contains("title=") }
+        #expect(lateTitles.first?.contains("440") == true, "a late listener's titles: \(lateTitles) \(lateReport)")
         let one = try Self.run(["opusinfo", single])
         #expect(one.components(separatedBy: "New logical stream").count - 1 == 1, "chain=0: \(one)")
 

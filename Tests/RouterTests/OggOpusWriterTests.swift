@@ -56,7 +56,7 @@ import Testing
 
     @Test func headersThenOnePacketPerPageWithTheirPositions() throws {
         var writer = OggOpusWriter(serial: 0xA1B2_C3D4)
-        var stream = writer.headers(title: "Tone")
+        var stream = OggOpusWriter.headers(serial: writer.serial, sequence: 0, title: "Tone")
         for size in [3, 255, 600] { stream.writeImmutableBuffer(writer.page(for: ByteBuffer(repeating: 7, count: size))) }
         let pages = try #require(readPages(stream))
         #expect(pages.count == 5)
@@ -84,8 +84,7 @@ import Testing
     }
 
     @Test func withoutATitleTheTagsHoldNoComment() throws {
-        var writer = OggOpusWriter(serial: 1)
-        let pages = try #require(readPages(writer.headers(title: nil)))
+        let pages = try #require(readPages(OggOpusWriter.headers(serial: 1, sequence: 0, title: nil)))
         let tags = pages[1].body
         // "OpusTags", vendor length 7, "Tonearm", comment count 0.
         #expect(tags.count == 8 + 4 + 7 + 4)
@@ -97,7 +96,7 @@ import Testing
     /// granule from 0) and carries the new title; every page's checksum holds.
     @Test func aNewTrackChainsAStreamWithItsTitle() throws {
         var writer = OggOpusWriter(serial: 0x1111_1111)
-        var stream = writer.headers(title: "First")
+        var stream = OggOpusWriter.headers(serial: writer.serial, sequence: 0, title: "First")
         for _ in 0..<3 { stream.writeImmutableBuffer(writer.page(for: ByteBuffer(repeating: 1, count: 40))) }
         stream.writeImmutableBuffer(writer.chain(title: "Second"))
         stream.writeImmutableBuffer(writer.page(for: ByteBuffer(repeating: 2, count: 40)))
@@ -110,5 +109,38 @@ import Testing
         #expect(head.flags == 0x02 && head.serial != 0x1111_1111 && head.sequence == 0 && head.body.starts(with: Array("OpusHead".utf8)))
         #expect(tags.serial == head.serial && tags.sequence == 1 && String(decoding: tags.body, as: UTF8.self).contains("title=Second"))
         #expect(first.serial == head.serial && first.granule == 960 && first.sequence == 2)
+    }
+
+    /// A packet no page can hold (more than 255 lacing values) is left out, not wrapped in a
+    /// page whose lacing count wrapped around: the stream goes on valid, its positions unmoved.
+    @Test func aPacketNoPageCanHoldIsLeftOut() throws {
+        var writer = OggOpusWriter(serial: 7)
+        var stream = OggOpusWriter.headers(serial: 7, sequence: 0, title: nil)
+        #expect(writer.page(for: ByteBuffer(repeating: 1, count: OggOpusWriter.maxPacket + 1)).readableBytes == 0)
+        stream.writeImmutableBuffer(writer.page(for: ByteBuffer(repeating: 1, count: OggOpusWriter.maxPacket)))
+        stream.writeImmutableBuffer(writer.page(for: ByteBuffer(repeating: 2, count: 10)))
+        let pages = try #require(readPages(stream))
+        #expect(pages.map(\.sequence) == [0, 1, 2, 3] && pages.map(\.granule) == [0, 0, 960, 1920])
+        #expect(pages[2].lacing.count == 255 && pages[2].body.count == OggOpusWriter.maxPacket)
+        for page in pages { #expect(checksum(page.bytes) == page.checksum) }
+    }
+
+    /// A page renumbered by `OggCRC.renumbered` has the checksum a full recomputation gives, for
+    /// pages of every length a packet makes and any change of number.
+    @Test func aRenumberedPagesChecksumIsTheRecomputedOne() throws {
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<200 {
+            var writer = OggOpusWriter(serial: .random(in: 1...UInt32.max, using: &generator))
+            for _ in 0..<Int.random(in: 0..<40, using: &generator) { _ = writer.page(for: ByteBuffer(bytes: [1])) }
+            let size = Int.random(in: 0...3_000, using: &generator)
+            var page = ByteBuffer()
+            let shift = try #require(writer.append(ByteBuffer(bytes: (0..<size).map { _ in UInt8.random(in: 0...255, using: &generator) }), to: &page))
+            let old = try #require(page.getInteger(at: 18, endianness: .little, as: UInt32.self))
+            let stored = try #require(page.getInteger(at: 22, endianness: .little, as: UInt32.self))
+            let new = UInt32.random(in: 0...UInt32.max, using: &generator)
+            page.setInteger(new, at: 18, endianness: .little)
+            page.setInteger(UInt32(0), at: 22, endianness: .little)
+            #expect(OggCRC.renumbered(stored, from: old, to: new, shift: shift) == OggCRC.checksum(page.readableBytesView), "\(size) bytes, \(old) → \(new)")
+        }
     }
 }

@@ -18,6 +18,8 @@ struct ClientConnections {
     let access: AccessControl
     let link: EngineLink
     let engine: EngineClient
+    /// The sessions' `/listen` streams, one per session and kind while it has listeners.
+    let feeds: ListenFeeds
     /// In a cluster: carries a client of a session another pair owns to that pair.
     var relay: ClusterRelay?
     /// The sessions' HLS segmenters (`/hls`), made on first use.
@@ -278,16 +280,15 @@ struct ClientConnections {
     }
 
     /// The session as an endless Ogg Opus stream, for as long as the listener stays (and keeps up):
-    /// written by a `ListenSink` on the listener's event loop; the response's body only waits for
-    /// the listener to go or the Router to stop.
+    /// written by a `ListenSink` on the listener's event loop from the session's `ListenFeed`;
+    /// the response's body only waits for the listener to go or the Router to stop.
     private func listen(to id: SessionID, chains: Bool, channel: any Channel, logger: Logger) async throws -> Response {
         await Self.limitBuffering(channel)
-        let last = store.findBySessionId(id)?.lastTrackStart
         // Finished when the stream is over: the listener gone, the sink done with it, the Router stopping.
         let (over, done) = AsyncStream<Never>.makeStream()
         let sink = ListenSink(
             eventLoop: channel.eventLoop, queueFrames: store.clientBufferFrames, window: store.newWindow(),
-            closeGrace: closeGrace, chains: chains, title: last?.title, artist: last?.artist, ended: { done.finish() }
+            closeGrace: closeGrace, ended: { done.finish() }
         ) { [store] dropped, reason in
             store.noteSlowClient(droppedFrames: dropped, disconnected: reason != nil)
             if let reason {
@@ -297,16 +298,22 @@ struct ClientConnections {
         // Before the head goes out, so the sink sees it pass; the session is pinned while it is
         // subscribed, as a WebSocket client's is.
         try await ListenSink.install(sink, in: channel)
-        let token: UInt64
+        let token: UInt64, feed: ListenFeed
         do {
-            token = try await directory.using(id) { [store] _ in store.subscribe(id, kind: .listener, sink: sink) }
+            (token, feed) = try await directory.using(id) { [store, feeds] _ in
+                (store.subscribe(id, kind: .listener, client: sink), feeds.attach(sink, to: id, chains: chains))
+            }
         } catch {
             channel.eventLoop.execute { sink.retire() }
             throw error
         }
-        // Whether or not the response gets to its body.
-        channel.closeFuture.whenComplete { [store] _ in
+        let leave: @Sendable () -> Void = { [store, feeds] in
             store.unsubscribe(id, token: token)
+            feeds.detach(sink, from: feed, of: id)
+        }
+        // Whether or not the response gets to its body.
+        channel.closeFuture.whenComplete { _ in
+            leave()
             done.finish()
         }
         var headers = HTTPFields()
@@ -314,15 +321,15 @@ struct ClientConnections {
         headers[.cacheControl] = "no-store"
         return Response(
             status: .ok, headers: headers,
-            body: ResponseBody { [store] writer in
-                defer { store.unsubscribe(id, token: token) }
+            body: ResponseBody { writer in
+                defer { leave() }
                 // The stream never ends by itself: it ends with the listener's connection, when the
                 // sink is done with it, and when the Router stops (a graceful shutdown waits for
                 // every response, and would wait for ever).
                 await withGracefulShutdownHandler {
                     for await _ in over {}
                 } onGracefulShutdown: {
-                    store.unsubscribe(id, token: token)
+                    leave()
                     // A listener that reads nothing would keep the last write, and the shutdown, waiting.
                     channel.eventLoop.execute { sink.leave(grace: Self.shutdownGrace) }
                 }

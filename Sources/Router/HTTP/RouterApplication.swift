@@ -92,7 +92,8 @@ struct RouterApplication {
                 node: lavalink, layers: LayerCommands(directory: directory, link: link, engine: engine), tokens: access.tokens)
             LavalinkRoutes(node: lavalink, plugin: plugin).addRoutes(to: router)
         }
-        var clients = ClientConnections(store: store, directory: directory, access: access, link: link, engine: engine)
+        var clients = ClientConnections(
+            store: store, directory: directory, access: access, link: link, engine: engine, feeds: ListenFeeds(store: store))
         clients.relay = relay
         clients.hls = hls ?? HLSOutput(store: store)
         clients.voice = voice ?? VoiceConnections(store: store, trustRoots: nil, logger: Logger(label: "tonearm.voice"))

@@ -1,13 +1,12 @@
 // How a `/listen` listener hears its session: a handler among the connection's HTTP handlers that
-// the session store writes to on the listener's event loop, as `WebSocketSink` is for WebSocket
-// clients. It wraps each packet in the listener's own Ogg page and writes it as a body part of the
-// response, and flushes every few packets rather than every one: a player buffers seconds, and a
-// write to the socket is most of what a listener costs. Before it, each listener was a task woken
-// by an `AsyncStream` for every packet, with a hop back to the event loop for every write: 1,000
-// listeners of one session took about a whole core.
+// its session's `ListenFeed` hands runs of Ogg pages to, on the listener's event loop. The first
+// run it writes is preceded by the stream's headers (its own two pages); every run is one body
+// part and one flush (100 ms of audio). A listener who joined mid-stream gets renumbered copies
+// until the next track's chain; from there on, the run's own bytes. Before
+// the feed, each listener built its own pages and wrote each one: 1,000 listeners of one session
+// took a quarter of a core; before this sink, a task woken for every packet took a whole one.
 import NIOCore
 import NIOHTTP1
-import WireProtocol
 
 /// One `/listen` listener's end of the fan-out. Sits on the socket side of the HTTP/1 codec's
 /// typed-parts converter and the application side of the HTTP encoder, so its pages are framed
@@ -15,26 +14,18 @@ import WireProtocol
 /// head (200) has passed it; goes quiet for good once the response's end has. Loop-confined
 /// state: touched only on `eventLoop`.
 ///
-/// A listener that reads slower than the session plays loses its own *oldest* packets, as every
+/// A listener that reads slower than the session plays loses its own *oldest* audio, as every
 /// subscriber does: the channel holds only a few KB in flight (`ClientConnections.limitBuffering`);
-/// while it is full, packets wait here, at most `queueFrames` of them, and a newer packet pushes
-/// the oldest waiting one out. One that loses too many within a window is disconnected.
-final class ListenSink: ChannelDuplexHandler, ClientSink, @unchecked Sendable {
+/// while it is full, runs wait here, at most `queueFrames` packets of them, and a newer run pushes
+/// the oldest waiting audio run out (a chain, which begins a stream, is never lost). One that
+/// loses too many within a window is disconnected.
+final class ListenSink: ChannelDuplexHandler, MovableClient, @unchecked Sendable {
     typealias InboundIn = Any
     typealias OutboundIn = HTTPServerResponsePart
     typealias OutboundOut = HTTPServerResponsePart
 
-    /// What waits for the channel: a packet, or a track's start (its title).
-    private enum Item {
-        case packet(ByteBuffer)
-        case track(title: String?, artist: String?)
-    }
-
     let eventLoop: any EventLoop
     private let queueFrames: Int
-    private let flushEvery: Int
-    /// Whether each new track begins a chained stream with its title (`chain=0`: one stream).
-    private let chains: Bool
     private var window: SlowClientWindow
     private let closeGrace: TimeAmount
     private let report: @Sendable (_ dropped: UInt64, _ disconnectReason: String?) -> Void
@@ -42,31 +33,28 @@ final class ListenSink: ChannelDuplexHandler, ClientSink, @unchecked Sendable {
     /// Router stopping), so the response can end.
     private let ended: @Sendable () -> Void
     private var context: ChannelHandlerContext?
-    private var ogg = OggOpusWriter()
-    /// The title the stream's first headers carry, until they are written.
-    private var title: String?, artist: String?
+    /// The stream's headers have been written: runs follow.
     private var begun = false
+    /// How much lower this listener's page numbers are than the feed's: its headers are pages 0
+    /// and 1 (libogg takes a first page numbered otherwise for a hole), so until the next chain
+    /// begins a stream at 0 for everyone, its pages are renumbered copies.
+    private var renumber: UInt32 = 0
     /// The response's head has gone out (and its end not yet): pages may follow.
     private var started = false
     /// The response has ended, or the listener was told to go: nothing more is written.
     private var finished = false
-    private var waiting = CircularBuffer<Item>()
+    private var waiting = CircularBuffer<OggRun>()
     private var waitingPackets = 0
-    private var unflushed = 0
 
     init(
-        eventLoop: any EventLoop, queueFrames: Int, window: SlowClientWindow, closeGrace: TimeAmount, chains: Bool,
-        title: String?, artist: String?, flushEvery: Int = 5, ended: @escaping @Sendable () -> Void = {},
+        eventLoop: any EventLoop, queueFrames: Int, window: SlowClientWindow, closeGrace: TimeAmount,
+        ended: @escaping @Sendable () -> Void = {},
         report: @escaping @Sendable (_ dropped: UInt64, _ disconnectReason: String?) -> Void
     ) {
         self.eventLoop = eventLoop
         self.queueFrames = max(1, queueFrames)
         self.window = window
         self.closeGrace = closeGrace
-        self.chains = chains
-        self.title = title
-        self.artist = artist
-        self.flushEvery = max(1, flushEvery)
         self.report = report
         self.ended = ended
     }
@@ -86,93 +74,68 @@ final class ListenSink: ChannelDuplexHandler, ClientSink, @unchecked Sendable {
         retire()
     }
 
-    /// The packet itself (each listener's page differs), or the event's line.
-    func encode(_ message: ClientMessage) -> ByteBuffer {
-        switch message {
-        case .audio(let packet): packet
-        case .event(let line): ByteBuffer(string: line)
-        }
-    }
-
     /// Packets waiting for the listener (tests read it).
     var waitingFrames: Int { waitingPackets }
 
-    func deliver(_ bytes: ByteBuffer, audio: Bool) {
+    /// A run of the session's stream, from its feed (call on `eventLoop`).
+    func take(_ run: OggRun) {
         guard !finished else { return }
-        guard audio else {
-            // `ready` comes just before its play's first packet (docs/wire-protocol.md); other
-            // events say the session paused or stopped: what was written goes out now.
-            if let ready = ClientConnections.trackStart(String(buffer: bytes)) {
-                send(.track(title: ready.title, artist: ready.artist))
-            } else if let context, unflushed > 0 {
-                flush(context)
-            }
-            return
-        }
-        send(.packet(bytes))
-        let lost = waitingPackets > queueFrames
-        if lost { dropOldestPacket() }
-        switch window.count(lost: lost) {
-        case .counting: break
-        case .windowEnded(let dropped): if dropped > 0 { report(UInt64(dropped), nil) }
-        case .tooSlow(let dropped, let reason):
-            report(UInt64(dropped), reason)
-            leave(grace: closeGrace)
-        }
-    }
-
-    private func send(_ item: Item) {
-        if case .packet = item { waitingPackets += 1 }
-        waiting.append(item)
+        waiting.append(run)
+        waitingPackets += run.packets
         drain()
+        guard run.kind == .audio else { return }
+        var lost = 0
+        while waitingPackets > queueFrames, let index = waiting.firstIndex(where: { $0.kind == .audio }) {
+            lost += waiting[index].packets
+            waitingPackets -= waiting[index].packets
+            waiting.remove(at: index)
+        }
+        for frame in 0..<max(run.packets, lost) {
+            switch window.count(lost: frame < lost) {
+            case .counting: break
+            case .windowEnded(let dropped): if dropped > 0 { report(UInt64(dropped), nil) }
+            case .tooSlow(let dropped, let reason):
+                report(UInt64(dropped), reason)
+                leave(grace: closeGrace)
+                return
+            }
+        }
     }
 
-    /// Writes what waits while the channel takes it; flushes every `flushEvery` packets, and
-    /// whenever the channel fills (its watermark counts unflushed bytes too).
+    /// Writes what waits while the channel takes it, then flushes.
     private func drain() {
         guard let context, started, !finished else { return }
-        while context.channel.isWritable, let item = waiting.popFirst() {
-            switch item {
-            case .packet(let packet):
-                waitingPackets -= 1
+        var wrote = false
+        while context.channel.isWritable, let run = waiting.popFirst() {
+            waitingPackets -= run.packets
+            switch run.kind {
+            case .chain:
+                // A stream this listener never began has nothing to end; its headers come with
+                // the first audio run.
+                guard begun else { continue }
+                context.write(wrapOutboundOut(.body(.byteBuffer(run.pages(renumberedBy: renumber)))), promise: nil)
+                renumber = 0
+            case .audio:
                 if !begun {
-                    context.write(wrapOutboundOut(.body(.byteBuffer(ogg.headers(title: title, artist: artist)))), promise: nil)
+                    let headers = OggOpusWriter.headers(serial: run.serial, sequence: 0, title: run.title, artist: run.artist)
+                    context.write(wrapOutboundOut(.body(.byteBuffer(headers))), promise: nil)
+                    renumber = run.firstSequence &- 2
                     begun = true
                 }
-                context.write(wrapOutboundOut(.body(.byteBuffer(ogg.page(for: packet)))), promise: nil)
-                unflushed += 1
-                if unflushed >= flushEvery || !context.channel.isWritable { flush(context) }
-            case .track(let title, let artist):
-                if !begun {
-                    (self.title, self.artist) = (title, artist)
-                } else if chains {
-                    context.write(wrapOutboundOut(.body(.byteBuffer(ogg.chain(title: title, artist: artist)))), promise: nil)
-                }
+                context.write(wrapOutboundOut(.body(.byteBuffer(run.pages(renumberedBy: renumber)))), promise: nil)
             }
+            wrote = true
         }
-    }
-
-    private func flush(_ context: ChannelHandlerContext) {
-        unflushed = 0
-        context.flush()
+        if wrote { context.flush() }
     }
 
     /// A flush from the response's writer (its head, say) takes the pages written so far too.
-    func flush(context: ChannelHandlerContext) { flush(context) }
+    func flush(context: ChannelHandlerContext) { context.flush() }
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {
-        drain()
         // A listener catching up gets what waited at once.
-        if unflushed > 0 { flush(context) }
+        drain()
         context.fireChannelWritabilityChanged()
-    }
-
-    /// Removes the oldest waiting packet (a track's start ahead of it keeps its place).
-    private func dropOldestPacket() {
-        if let index = waiting.firstIndex(where: { if case .packet = $0 { true } else { false } }) {
-            waiting.remove(at: index)
-            waitingPackets -= 1
-        }
     }
 
     /// Nothing more is written, for good (the stream could not begin; call on the loop).
@@ -197,7 +160,7 @@ final class ListenSink: ChannelDuplexHandler, ClientSink, @unchecked Sendable {
     func moved() {
         guard !finished else { return }
         retire()
-        if let context { flush(context) }
+        if let context { context.flush() }
         ended()
     }
 

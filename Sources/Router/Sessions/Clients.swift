@@ -24,19 +24,24 @@ package enum ClientKind: String, Sendable, CaseIterable, Codable {
     case lavalink
 }
 
-/// A client written directly on its channel's event loop (a WebSocket connection).
-package protocol ClientSink: AnyObject, Sendable {
+/// A client on an event loop that the store tells when its session moves.
+package protocol MovableClient: AnyObject, Sendable {
     var eventLoop: any EventLoop { get }
-    /// The bytes `message` goes out as; computed once per message for all sinks of a loop.
-    func encode(_ message: ClientMessage) -> ByteBuffer
-    /// Called on `eventLoop`, in publish order. An audio frame may be dropped (the sink keeps
-    /// its own slow-client window); events are not.
-    func deliver(_ bytes: ByteBuffer, audio: Bool)
     /// Tells the client its session moved to another pair of the cluster: it is to connect again
     /// (through any pair, which brings it to the new owner). Called on `eventLoop`.
     func moved()
 }
 
-extension ClientSink {
+/// A client written directly on its channel's event loop (a WebSocket connection, a session's
+/// `/listen` feed).
+package protocol ClientSink: MovableClient {
+    /// The bytes `message` goes out as; computed once per message for all sinks of a loop.
+    func encode(_ message: ClientMessage) -> ByteBuffer
+    /// Called on `eventLoop`, in publish order. An audio frame may be dropped (the sink keeps
+    /// its own slow-client window); events are not.
+    func deliver(_ bytes: ByteBuffer, audio: Bool)
+}
+
+extension MovableClient {
     package func moved() {}
 }

@@ -23,10 +23,15 @@ package final class SessionStore: Sendable {
             case stream(AsyncStream<ClientMessage>.Continuation)
             /// Written on the client's event loop.
             case sink(any ClientSink)
+            /// Written by another subscriber, a feed (a `/listen` listener, by its session's
+            /// `ListenFeed`): handed no message here, told when the session moves.
+            case fed(any MovableClient)
         }
         let output: Output
         let kind: ClientKind
         let since: Date
+        /// Counted and listed as a client (a feed is not: its listeners are).
+        var listed = true
         /// Called once, outside the lock's work, when the client has lost too many frames.
         let onSlow: @Sendable (String) -> Void
         var window: SlowClientWindow
@@ -163,6 +168,7 @@ package final class SessionStore: Sendable {
             switch subscriber.output {
             case .stream(let continuation): continuation.finish()
             case .sink(let sink): sink.eventLoop.execute { sink.moved() }
+            case .fed(let client): client.eventLoop.execute { client.moved() }
             }
         }
     }
@@ -174,19 +180,20 @@ package final class SessionStore: Sendable {
 
     var counters: Counters { state.withLock { $0.counters } }
     var sessionCount: Int { state.withLock { $0.entries.count } }
-    var clientCount: Int { state.withLock { $0.entries.values.reduce(0) { $0 + $1.subscribers.count } } }
+    var clientCount: Int { state.withLock { $0.entries.values.reduce(0) { $0 + $1.subscribers.values.count(where: \.listed) } } }
 
     var clientsByKind: [ClientKind: Int] {
         state.withLock { state in
             var counts = Dictionary(uniqueKeysWithValues: ClientKind.allCases.map { ($0, 0) })
             for entry in state.entries.values {
-                for subscriber in entry.subscribers.values { counts[subscriber.kind, default: 0] += 1 }
+                for subscriber in entry.subscribers.values where subscriber.listed { counts[subscriber.kind, default: 0] += 1 }
             }
             return counts
         }
     }
 
-    func subscriberCount(_ id: SessionID) -> Int { state.withLock { $0.entries[id]?.subscribers.count ?? 0 } }
+    /// The clients of `id` (a feed is not one: its listeners are).
+    func subscriberCount(_ id: SessionID) -> Int { state.withLock { $0.entries[id]?.subscribers.values.count(where: \.listed) ?? 0 } }
 
     /// When the last client of `id` left (or when the session became known).
     func lastSeen(_ id: SessionID) -> ContinuousClock.Instant? { state.withLock { $0.entries[id]?.lastSeen } }
@@ -195,6 +202,7 @@ package final class SessionStore: Sendable {
         let now = Date()
         return state.withLock { state in
             (state.entries[id]?.subscribers.values ?? [:].values)
+                .filter(\.listed)
                 .map { ClientInfo(kind: $0.kind, connectedSeconds: now.timeIntervalSince($0.since)) }
                 .sorted { $0.connectedSeconds > $1.connectedSeconds }
         }
@@ -218,6 +226,19 @@ package final class SessionStore: Sendable {
         add(Subscriber(output: .sink(sink), kind: kind, since: Date(), onSlow: { _ in }, window: newWindow()), to: id)
     }
 
+    /// Subscribes a client that a feed writes for (a `/listen` listener): counted, listed and
+    /// told of a move like any client, handed nothing here.
+    func subscribe(_ id: SessionID, kind: ClientKind, client: any MovableClient) -> UInt64 {
+        add(Subscriber(output: .fed(client), kind: kind, since: Date(), onSlow: { _ in }, window: newWindow()), to: id)
+    }
+
+    /// Subscribes a feed: handed every message, as a sink is, but not counted as a client.
+    func subscribeFeed(_ id: SessionID, sink: any ClientSink) -> UInt64 {
+        var feed = Subscriber(output: .sink(sink), kind: .listener, since: Date(), onSlow: { _ in }, window: newWindow())
+        feed.listed = false
+        return add(feed, to: id)
+    }
+
     private func add(_ subscriber: Subscriber, to id: SessionID) -> UInt64 {
         state.withLock { state in
             let token = state.nextToken
@@ -234,6 +255,8 @@ package final class SessionStore: Sendable {
                     sink.eventLoop.execute {
                         for frame in frames { sink.deliver(sink.encode(.audio(frame)), audio: true) }
                     }
+                case .fed:
+                    break
                 }
             }
             return token
