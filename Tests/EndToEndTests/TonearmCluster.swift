@@ -155,16 +155,19 @@ final class SessionListener: Sendable {
     private let connected = Atomic<Bool>(false)
     private let ended = Atomic<Bool>(false)
     private let task = Mutex<Task<Void, Never>?>(nil)
+    private let audioMessageCount = Atomic<Int>(0)
 
     /// Listens to `session` with the bot token, or with a browser `token` (which names its session);
-    /// `bot` connects the way a bot does, at `/bot?guild=`.
-    init(session: String, routerPort: Int, token: String? = nil, bot: Bool = false) {
+    /// `bot` connects the way a bot does, at `/bot?guild=`. With `frames` (2 to 10), each binary
+    /// message holds that many packets, each kept here as one (`audioMessages` counts messages).
+    init(session: String, routerPort: Int, token: String? = nil, bot: Bool = false, frames: Int = 1) {
         self.session = session
-        let url =
+        let base =
             bot
             ? "ws://127.0.0.1:\(routerPort)/bot?guild=\(session)&token=\(TonearmCluster.botToken)"
             : token.map { "ws://127.0.0.1:\(routerPort)/ws?token=\($0)" }
                 ?? "ws://127.0.0.1:\(routerPort)/ws?session=\(session)&token=\(TonearmCluster.botToken)"
+        let url = frames == 1 ? base : base + "&frames=\(frames)"
         let handle = Task { [self] in
             _ = try? await WebSocketClient.connect(url: url, logger: Logger(label: "listener")) { inbound, outbound, _ in
                 self.outbound.withLock { $0 = outbound }
@@ -172,7 +175,15 @@ final class SessionListener: Sendable {
                 for try await message in inbound.messages(maxSize: 1 << 16) {
                     let now = ContinuousClock.now
                     switch message {
+                    case .binary(var buffer) where frames > 1:
+                        var packets: [Received] = []
+                        while let length = buffer.readInteger(as: UInt16.self), let packet = buffer.readBytes(length: Int(length)) {
+                            packets.append(Received(at: now, message: .audio(packet)))
+                        }
+                        self.audioMessageCount.wrappingAdd(1, ordering: .relaxed)
+                        self.received.withLock { $0 += packets }
                     case .binary(let buffer):
+                        self.audioMessageCount.wrappingAdd(1, ordering: .relaxed)
                         self.received.withLock { $0.append(Received(at: now, message: .audio(Array(buffer.readableBytesView)))) }
                     case .text(let text):
                         self.received.withLock { $0.append(Received(at: now, message: .text(text))) }
@@ -186,6 +197,8 @@ final class SessionListener: Sendable {
     }
 
     var isConnected: Bool { connected.load(ordering: .relaxed) }
+    /// Binary messages received (with `frames`, each holds several packets).
+    var audioMessages: Int { audioMessageCount.load(ordering: .relaxed) }
     /// The connection is over: closed, refused, or never made.
     var hasEnded: Bool { ended.load(ordering: .relaxed) }
     var all: [Received] { received.withLock { $0 } }

@@ -15,7 +15,9 @@ import WireProtocol
         let store = SessionStore()
         let id = try SessionID("radio")
         store.register(id)
-        let feeds = ListenFeeds(store: store)
+        let feeds = ListenFeeds(store: store) { _, chains, first in
+            ListenFeed(eventLoop: first.eventLoop, chains: chains, title: nil, artist: nil)
+        }
         let loop = EmbeddedEventLoop()
         let helper = ListenSinkTests()
         let endings = Mutex(0)
@@ -23,7 +25,7 @@ import WireProtocol
         for chains in [true, true, false] {
             let (channel, sink, _) = try helper.sink(loop: loop) { endings.withLock { $0 += 1 } }
             let token = store.subscribe(id, kind: .listener, client: sink)
-            listeners.append((channel, sink, feeds.attach(sink, to: id, chains: chains), token))
+            listeners.append((channel, sink, feeds.attach(sink, to: id, variant: chains), token))
             try helper.head(channel)
         }
         loop.run()

@@ -19,6 +19,8 @@ struct Options {
     var seconds = 10.0
     var tap: String?
     var warmup = 3.0
+    /// Audio frames per message asked of the Router (`frames=`; 1: one per message, no lengths).
+    var frames = 1
 
     init(_ arguments: [String]) {
         var iterator = arguments.dropFirst().makeIterator()
@@ -32,6 +34,7 @@ struct Options {
             case "--seconds": seconds = Double(value)!
             case "--tap": tap = value
             case "--warmup": warmup = Double(value)!
+            case "--frames": frames = Int(value)!
             default: fatalError("unknown option \(flag)")
             }
         }
@@ -149,7 +152,7 @@ struct Listener {
     var closed = false
 }
 
-func connectWebSocket(port: Int, guild: String, token: String) -> Int32 {
+func connectWebSocket(port: Int, guild: String, token: String, frames: Int) -> Int32 {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     var address = sockaddr_in()
     address.sin_family = sa_family_t(AF_INET)
@@ -160,7 +163,7 @@ func connectWebSocket(port: Int, guild: String, token: String) -> Int32 {
     }
     guard connected == 0 else { fatalError("cannot connect to the Router on port \(port): errno \(errno)") }
     let request =
-        "GET /bot?guild=\(guild) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        "GET /bot?guild=\(guild)\(frames > 1 ? "&frames=\(frames)" : "") HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
         + "Sec-WebSocket-Key: dG9uZWFybS1saXN0ZW5lcg==\r\nSec-WebSocket-Version: 13\r\n"
         + "Authorization: Bearer \(token)\r\n\r\n"
     _ = request.utf8CString.withUnsafeBytes { send(fd, $0.baseAddress!, $0.count - 1, 0) }
@@ -189,7 +192,7 @@ let tap = options.tap.map { Tap(path: $0) }
 var listeners: [Listener] = []
 for guild in options.guilds {
     for _ in 0..<options.perGuild {
-        let fd = connectWebSocket(port: options.port, guild: guild, token: options.token)
+        let fd = connectWebSocket(port: options.port, guild: guild, token: options.token, frames: options.frames)
         listeners.append(Listener(fd: fd, guild: Array(guild.utf8)))
     }
 }
@@ -204,6 +207,7 @@ for (index, listener) in listeners.enumerated() {
 var histogram = Histogram()
 var unmatched = 0
 var textMessages = 0
+var audioMessages = 0
 var chunk = [UInt8](repeating: 0, count: 1 << 16)
 var events = [epoll_event](repeating: epoll_event(), count: 1_024)
 let start = monotonicNanos()
@@ -249,14 +253,30 @@ while monotonicNanos() < deadline {
             case 0x2 where now < measureFrom:
                 break
             case 0x2:
-                listeners[index].frames += 1
+                audioMessages += 1
                 if listeners[index].lastFrame > 0 {
                     listeners[index].longestGap = max(listeners[index].longestGap, now - listeners[index].lastFrame)
                 }
                 listeners[index].lastFrame = now
+                // One packet per message, or several, each after its u16 length (`--frames`).
+                var packets: [Range<Int>] = []
+                if options.frames == 1 {
+                    packets = [body]
+                } else {
+                    var at = body.lowerBound
+                    while at + 2 <= body.upperBound {
+                        let size = Int(buffer[at]) << 8 | Int(buffer[at + 1])
+                        guard at + 2 + size <= body.upperBound else { break }
+                        packets.append((at + 2)..<(at + 2 + size))
+                        at += 2 + size
+                    }
+                }
+                listeners[index].frames += packets.count
                 if tap != nil {
-                    let key = buffer.withUnsafeBytes { frameKey(listeners[index].guild, UnsafeRawBufferPointer(rebasing: $0[body])) }
-                    pendingKeys.append((key, now))
+                    for packet in packets {
+                        let key = buffer.withUnsafeBytes { frameKey(listeners[index].guild, UnsafeRawBufferPointer(rebasing: $0[packet])) }
+                        pendingKeys.append((key, now))
+                    }
                 }
             case 0x1: textMessages += 1
             case 0x9: pong(buffer[body], to: listeners[index].fd)
@@ -296,6 +316,7 @@ let report: [String: Any] = [
     "fewest_frames_per_listener": listeners.map(\.frames).min() ?? 0,
     "longest_gap_ms": Double(listeners.map(\.longestGap).max() ?? 0) / 1e6,
     "text_messages": textMessages,
+    "audio_messages": audioMessages,
     "tap_frames": tap?.frames.load(ordering: .relaxed) ?? 0,
     "latency_samples": histogram.count,
     "latency_unmatched": unmatched,

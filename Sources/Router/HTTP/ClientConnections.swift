@@ -20,6 +20,8 @@ struct ClientConnections {
     let engine: EngineClient
     /// The sessions' `/listen` streams, one per session and kind while it has listeners.
     let feeds: ListenFeeds
+    /// The sessions' messages of several frames, one feed per session and size while it has clients.
+    let batches: FrameBatchFeeds
     /// In a cluster: carries a client of a session another pair owns to that pair.
     var relay: ClusterRelay?
     /// The sessions' HLS segmenters (`/hls`), made on first use.
@@ -37,16 +39,20 @@ struct ClientConnections {
         router.ws("/ws") { request, _ in
             try Self.shouldUpgrade(request, access.webSocketSession)
         } onUpgrade: { inbound, outbound, context in
-            guard let id = try await Self.admit(context.request, access.webSocketSession, outbound) else { return }
+            guard let id = try await Self.admit(context.request, access.webSocketSession, outbound),
+                let frames = try await Self.admit(context.request, Self.framesPerMessage, outbound)
+            else { return }
             guard try await servedHere(id, inbound: inbound, outbound: outbound, context: context) else { return }
-            try await serve(id, kind: .browser, inbound: inbound, context: context)
+            try await serve(id, kind: .browser, frames: frames, inbound: inbound, context: context)
         }
         router.ws("/bot") { request, _ in
             try Self.shouldUpgrade(request, access.bot)
         } onUpgrade: { inbound, outbound, context in
-            guard let id = try await Self.admit(context.request, access.bot, outbound) else { return }
+            guard let id = try await Self.admit(context.request, access.bot, outbound),
+                let frames = try await Self.admit(context.request, Self.framesPerMessage, outbound)
+            else { return }
             guard try await servedHere(id, inbound: inbound, outbound: outbound, context: context) else { return }
-            try await serve(id, kind: .bot, inbound: inbound, context: context)
+            try await serve(id, kind: .bot, frames: frames, inbound: inbound, context: context)
         }
         router.get("/hls/:id/:file") { request, context -> Response in
             let id = try RouterApplication.sessionID(path: context.parameters.get("id"))
@@ -84,15 +90,27 @@ struct ClientConnections {
     /// code 4000 + the refusal's HTTP status (4401 no or a wrong token, 4403 another session's)
     /// and its message as the reason. Hummingbird can refuse an upgrade only with a bare 400, which
     /// would tell a client nothing (and look to it like a fault worth retrying).
-    static func admit(
-        _ request: Request, _ check: (Request) throws(APIError) -> SessionID, _ outbound: WebSocketOutboundWriter
-    ) async throws -> SessionID? {
+    static func admit<Value>(
+        _ request: Request, _ check: (Request) throws(APIError) -> Value, _ outbound: WebSocketOutboundWriter
+    ) async throws -> Value? {
         do {
             return try check(request)
         } catch {
             try await outbound.close(.init(codeNumber: 4000 + error.status.code), reason: closeReason(error))
             return nil
         }
+    }
+
+    /// The audio frames per message a WebSocket client asks for (`frames`, 1 to 10; 1 when not
+    /// given): with more than one, each binary message holds several (docs/bot-protocol.md).
+    static func framesPerMessage(_ request: Request) throws(APIError) -> Int {
+        guard let text = request.uri.queryParameters["frames"] else { return 1 }
+        guard let frames = Int(text), (1...FrameBatchFeed.maxFrames).contains(frames) else {
+            throw APIError(
+                status: .badRequest, code: "invalid_frames",
+                message: "frames is how many audio frames each message holds: a whole number from 1 to \(FrameBatchFeed.maxFrames)")
+        }
+        return frames
     }
 
     /// In a cluster, whether this pair plays `id`; if another does, the client is relayed there
@@ -129,7 +147,8 @@ struct ClientConnections {
 
     /// Streams the session to a WebSocket client and runs its commands until either side ends.
     private func serve(
-        _ id: SessionID, kind: ClientKind, inbound: WebSocketInboundStream, context: WebSocketRouterContext<TonearmRequestContext>
+        _ id: SessionID, kind: ClientKind, frames: Int, inbound: WebSocketInboundStream,
+        context: WebSocketRouterContext<TonearmRequestContext>
     ) async throws {
         // A browser token's commands count against the browsers' share of the engine's pool.
         let limited = kind == .browser && !access.isBot(context.request)
@@ -138,7 +157,7 @@ struct ClientConnections {
         await Self.limitBuffering(channel)
         let sink = WebSocketSink(
             eventLoop: channel.eventLoop, queueFrames: store.clientBufferFrames, window: store.newWindow(),
-            closeGrace: closeGrace
+            closeGrace: closeGrace, framesPerMessage: frames
         ) { [store] dropped, reason in
             store.noteSlowClient(droppedFrames: dropped, disconnected: reason != nil)
             if let reason {
@@ -149,14 +168,20 @@ struct ClientConnections {
         // The state goes out first: it is queued on the client's loop before the subscription
         // can queue anything there, inside the controller so no change falls in between, and
         // with the session pinned so it cannot be released before the subscription holds it.
-        let (controller, token) = try await directory.using(id) { [store] controller in
-            let token = await controller.withCurrentState { state in
+        // A client of several frames per message is written by the session's feed of that many.
+        let (controller, token, feed) = try await directory.using(id) { [store, batches] controller in
+            let (token, feed) = await controller.withCurrentState { state -> (UInt64, FrameBatchFeed?) in
                 send(.event(state.json()), to: sink)
-                return store.subscribe(id, kind: kind, sink: sink)
+                guard frames > 1 else { return (store.subscribe(id, kind: kind, sink: sink), nil) }
+                return (store.subscribe(id, kind: kind, client: sink), batches.attach(sink, to: id, variant: frames))
             }
-            return (controller, token)
+            return (controller, token, feed)
         }
-        defer { store.unsubscribe(id, token: token) }
+        let leave: @Sendable () -> Void = { [batches] in if let feed { batches.detach(sink, from: feed, of: id) } }
+        defer {
+            store.unsubscribe(id, token: token)
+            leave()
+        }
         let relayed = context.request.headers[ClusterRelay.forwardedHeader] != nil
         try await withGracefulShutdownHandler {
             for try await message in inbound.messages(maxSize: 64 * 1024) {
@@ -165,6 +190,7 @@ struct ClientConnections {
                     // The relaying Router stops: what was sent to it goes on to its client, the
                     // frames after are kept for the client's next connection here.
                     store.unsubscribeKeepingCatchUp(id, token: token, keep: .seconds(1))
+                    leave()
                     sink.eventLoop.execute { sink.movedAfterWaiting() }
                     continue
                 }
@@ -301,7 +327,7 @@ struct ClientConnections {
         let token: UInt64, feed: ListenFeed
         do {
             (token, feed) = try await directory.using(id) { [store, feeds] _ in
-                (store.subscribe(id, kind: .listener, client: sink), feeds.attach(sink, to: id, chains: chains))
+                (store.subscribe(id, kind: .listener, client: sink), feeds.attach(sink, to: id, variant: chains))
             }
         } catch {
             channel.eventLoop.execute { sink.retire() }

@@ -93,7 +93,13 @@ struct RouterApplication {
             LavalinkRoutes(node: lavalink, plugin: plugin).addRoutes(to: router)
         }
         var clients = ClientConnections(
-            store: store, directory: directory, access: access, link: link, engine: engine, feeds: ListenFeeds(store: store))
+            store: store, directory: directory, access: access, link: link, engine: engine, feeds: ListenFeeds(store: store) { id, chains, first in
+                let last = store.findBySessionId(id)?.lastTrackStart
+                return ListenFeed(eventLoop: first.eventLoop, chains: chains, title: last?.title, artist: last?.artist)
+            },
+            batches: FrameBatchFeeds(store: store) { _, frames, first in
+                FrameBatchFeed(eventLoop: first.eventLoop, framesPerMessage: frames)
+            })
         clients.relay = relay
         clients.hls = hls ?? HLSOutput(store: store)
         clients.voice = voice ?? VoiceConnections(store: store, trustRoots: nil, logger: Logger(label: "tonearm.voice"))

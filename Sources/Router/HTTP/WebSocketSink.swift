@@ -21,6 +21,7 @@ final class WebSocketSink: ChannelDuplexHandler, ClientSink, @unchecked Sendable
     typealias OutboundIn = Any
 
     let eventLoop: any EventLoop
+    /// Audio messages that may wait (frames, unless each message holds several).
     private let queueFrames: Int
     private var window: SlowClientWindow
     private let closeGrace: TimeAmount
@@ -37,12 +38,17 @@ final class WebSocketSink: ChannelDuplexHandler, ClientSink, @unchecked Sendable
     /// Told to move once what waits is written (`movedAfterWaiting`).
     private var moveWhenDrained = false
 
+    /// Audio frames each audio message holds (`frames=N`, a `FrameBatchFeed`'s): the queue holds
+    /// `queueFrames` frames' worth of messages, and a message lost counts as that many frames.
+    private let framesPerMessage: Int
+
     init(
         eventLoop: any EventLoop, queueFrames: Int, window: SlowClientWindow, closeGrace: TimeAmount,
-        report: @escaping @Sendable (_ dropped: UInt64, _ disconnectReason: String?) -> Void
+        framesPerMessage: Int = 1, report: @escaping @Sendable (_ dropped: UInt64, _ disconnectReason: String?) -> Void
     ) {
         self.eventLoop = eventLoop
-        self.queueFrames = max(1, queueFrames)
+        self.framesPerMessage = max(1, framesPerMessage)
+        self.queueFrames = max(1, queueFrames / self.framesPerMessage)
         self.window = window
         self.closeGrace = closeGrace
         self.report = report
@@ -81,12 +87,15 @@ final class WebSocketSink: ChannelDuplexHandler, ClientSink, @unchecked Sendable
         guard audio else { return }
         let lost = waitingAudio > queueFrames
         if lost { dropOldestAudio() }
-        switch window.count(lost: lost) {
-        case .counting: break
-        case .windowEnded(let dropped): if dropped > 0 { report(UInt64(dropped), nil) }
-        case .tooSlow(let dropped, let reason):
-            report(UInt64(dropped), reason)
-            leave(context, code: 1008, reason: reason, grace: closeGrace)
+        for _ in 0..<framesPerMessage {
+            switch window.count(lost: lost) {
+            case .counting: continue
+            case .windowEnded(let dropped): if dropped > 0 { report(UInt64(dropped), nil) }
+            case .tooSlow(let dropped, let reason):
+                report(UInt64(dropped), reason)
+                leave(context, code: 1008, reason: reason, grace: closeGrace)
+                return
+            }
         }
     }
 

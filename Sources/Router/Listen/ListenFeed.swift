@@ -57,11 +57,15 @@ struct OggRun: Sendable {
     }
 }
 
+/// The Router's `/listen` feeds, one per session and kind of stream while it has listeners.
+typealias ListenFeeds = SessionFeeds<ListenFeed>
+
 /// The Ogg stream of one session (chained or not) and the listeners it is written to. Confined
 /// to `eventLoop`: the store delivers to it there, and listeners come and go there.
-final class ListenFeed: ClientSink, @unchecked Sendable {
+final class ListenFeed: SessionFeed, @unchecked Sendable {
     let eventLoop: any EventLoop
     let chains: Bool
+    var variant: Bool { chains }
     /// Packets per run: 10 (200 ms) unless told. A player buffers seconds; a write per listener
     /// per run, not per packet, is what makes a listener cheap (its syscall and the kernel's TCP
     /// work are most of what it costs: runs of 100 ms cost 101 µs per listener-second, of 200 ms 51 µs).
@@ -72,8 +76,7 @@ final class ListenFeed: ClientSink, @unchecked Sendable {
     private var pendingPackets = 0
     private var pendingFirst: UInt32 = 0
     private var pendingMarks: [OggRun.Mark] = []
-    /// The listeners, by event loop: one task per loop per run.
-    private var loops: [(loop: any EventLoop, sinks: [ListenSink])] = []
+    private var listeners = FeedClients<ListenSink>()
 
     init(eventLoop: any EventLoop, chains: Bool, title: String?, artist: String?, runPackets: Int = 10) {
         self.eventLoop = eventLoop
@@ -84,23 +87,11 @@ final class ListenFeed: ClientSink, @unchecked Sendable {
     }
 
     /// Listeners written to (tests read it).
-    var listenerCount: Int { loops.reduce(0) { $0 + $1.sinks.count } }
+    var listenerCount: Int { listeners.count }
 
-    /// `sink` gets every run from the next on (call on `eventLoop`).
-    func add(_ sink: ListenSink) {
-        if let index = loops.firstIndex(where: { $0.loop === sink.eventLoop }) {
-            loops[index].sinks.append(sink)
-        } else {
-            loops.append((sink.eventLoop, [sink]))
-        }
-    }
+    func add(_ sink: ListenSink) { listeners.add(sink) }
 
-    /// Call on `eventLoop`.
-    func remove(_ sink: ListenSink) {
-        guard let index = loops.firstIndex(where: { $0.loop === sink.eventLoop }) else { return }
-        loops[index].sinks.removeAll { $0 === sink }
-        if loops[index].sinks.isEmpty { loops.remove(at: index) }
-    }
+    func remove(_ sink: ListenSink) { listeners.remove(sink) }
 
     /// The packet itself, or the event's line: pages are made once, in `deliver`.
     func encode(_ message: ClientMessage) -> ByteBuffer {
@@ -149,12 +140,6 @@ final class ListenFeed: ClientSink, @unchecked Sendable {
     }
 
     private func emit(_ run: OggRun) {
-        for (loop, sinks) in loops {
-            if loop === eventLoop {
-                for sink in sinks { sink.take(run) }
-            } else {
-                loop.execute { for sink in sinks { sink.take(run) } }
-            }
-        }
+        listeners.forEach(on: eventLoop) { $0.take(run) }
     }
 }

@@ -232,7 +232,7 @@ package final class SessionStore: Sendable {
         add(Subscriber(output: .fed(client), kind: kind, since: Date(), onSlow: { _ in }, window: newWindow()), to: id)
     }
 
-    /// Subscribes a feed: handed every message, as a sink is, but not counted as a client.
+    /// Subscribes a feed (`SessionFeeds`): handed every message, not counted (its clients are).
     func subscribeFeed(_ id: SessionID, sink: any ClientSink) -> UInt64 {
         var feed = Subscriber(output: .sink(sink), kind: .listener, since: Date(), onSlow: { _ in }, window: newWindow())
         feed.listed = false
