@@ -1,9 +1,10 @@
 // A bot that asks for several frames per message (`/bot?…&frames=3`, docs/bot-protocol.md) hears
 // its session in messages of three packets: the very packets, in the same order, that a bot of
 // one frame per message gets, in a third of the messages. A value outside 1…10 is refused with
-// close code 4400 and why. Beside them a bystander hears its tone, with the engine's pid and the
+// close code 4400 and why (a plain GET: 400). Beside them a bystander hears its tone, with the engine's pid and the
 // Router's link unchanged.
 import Foundation
+import NIOHTTP1
 import TestSupport
 import Testing
 
@@ -38,6 +39,9 @@ import Testing
             let probe = try await wsProbe(url + bad, "nopong", seconds: 2)
             #expect(probe.close_code == 4400 && probe.close_reason?.hasPrefix("invalid_frames:") == true, "frames=\(bad): \(probe)")
         }
+        // A plain GET (no upgrade) gets the JSON error.
+        let plainGet = try await cluster.call(.GET, "/bot?guild=batched&frames=x")
+        #expect(plainGet.status == 400 && (plainGet.json["error"] as? [String: Any])?["code"] as? String == "invalid_frames")
         #expect(batched.isConnected && plain.isConnected)
         try await SlowSourceEndToEndTests.expectBystanderUntouched(cluster, bystander, pid: pid)
     }

@@ -73,14 +73,16 @@ struct ClientConnections {
     }
 
     /// A WebSocket request is upgraded, its token checked once it is (`admit`). A plain request
-    /// gets the JSON refusal a token check gives (401, 403), else 426: accepted, it would set up
-    /// an upgrade that never happens, held until its connection closes (`WebSocketUpgradeSlot`),
-    /// so one keep-alive connection repeating it could grow the Router without bound.
+    /// gets the JSON refusal a token check gives (401, 403) or a bad `frames` gives (400), else
+    /// 426: accepted, it would set up an upgrade that never happens, held until its connection
+    /// closes (`WebSocketUpgradeSlot`), so one keep-alive connection repeating it could grow the
+    /// Router without bound.
     static func shouldUpgrade(
         _ request: Request, _ check: (Request) throws(APIError) -> SessionID
     ) throws(APIError) -> RouterShouldUpgrade {
         if request.headers[.upgrade]?.lowercased().contains("websocket") == true { return .upgrade([:]) }
         _ = try check(request)
+        _ = try framesPerMessage(request)
         throw APIError(
             status: .upgradeRequired, code: "websocket_required",
             message: "\(request.uri.path) is a WebSocket: connect with Upgrade: websocket")
