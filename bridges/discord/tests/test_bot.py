@@ -17,6 +17,11 @@ def test_missing_settings_are_named():
     assert config.router_url == "http://127.0.0.1:8080" and config.idle_leave_seconds == 300
     assert config.voice == "discord"
     assert Config.from_environment({"DISCORD_TOKEN": "a", "TONEARM_BOT_TOKEN": "b", "TONEARM_VOICE": "tonearm"}).voice == "tonearm"
+    assert config.frames_per_message == 1
+    assert Config.from_environment({"DISCORD_TOKEN": "a", "TONEARM_BOT_TOKEN": "b", "TONEARM_FRAMES_PER_MESSAGE": "3"}).frames_per_message == 3
+    for bad in ("0", "11", "three"):
+        with pytest.raises(ConfigError, match="TONEARM_FRAMES_PER_MESSAGE is a whole number from 1 to 10"):
+            Config.from_environment({"DISCORD_TOKEN": "a", "TONEARM_BOT_TOKEN": "b", "TONEARM_FRAMES_PER_MESSAGE": bad})
 
 
 def test_every_slash_command_is_registered_with_its_options():

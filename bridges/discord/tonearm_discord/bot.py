@@ -88,6 +88,7 @@ class TonearmBot(discord.Client):
             player = GuildPlayer(
                 guild.id, self.config.router_url, self.config.bot_token, session=self.http_session, wait=self.external_wait,
                 heartbeat=self.config.router_ping_seconds, silence_timeout=self.config.router_silence_seconds,
+                frames=self.config.frames_per_message,
             )
             self.players[guild.id] = player
             player.start()

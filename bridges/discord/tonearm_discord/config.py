@@ -27,6 +27,9 @@ class Config:
     #: "tonearm" (Tonearm's own voice connection; the bot forwards its voice events). Discord
     #: refuses the second today: Tonearm does not speak DAVE yet (docs/discord.md).
     voice: str = "discord"
+    #: Opus packets per message from the Router (``frames=``, 1–10): each message costs the
+    #: Router one write whatever it holds, and the jitter buffer takes them one by one.
+    frames_per_message: int = 1
 
     @staticmethod
     def from_environment(environment: Mapping[str, str] = os.environ) -> "Config":
@@ -40,6 +43,12 @@ class Config:
             raise ConfigError(f"a setting is not a number: {error}") from None
         if idle <= 0 or not 0 < port < 65536:
             raise ConfigError("TONEARM_IDLE_LEAVE_SECONDS must be positive and the health port 1–65535")
+        try:
+            frames = int(environment.get("TONEARM_FRAMES_PER_MESSAGE", "1"))
+        except ValueError:
+            raise ConfigError("TONEARM_FRAMES_PER_MESSAGE is a whole number from 1 to 10") from None
+        if not 1 <= frames <= 10:
+            raise ConfigError("TONEARM_FRAMES_PER_MESSAGE is a whole number from 1 to 10")
         voice = environment.get("TONEARM_VOICE", "discord")
         if voice not in ("discord", "tonearm"):
             raise ConfigError(f"TONEARM_VOICE is 'discord' or 'tonearm', not {voice!r}")
@@ -51,4 +60,5 @@ class Config:
             health_port=port,
             playground_url=environment.get("TONEARM_PUBLIC_URL") or None,
             voice=voice,
+            frames_per_message=frames,
         )

@@ -62,6 +62,7 @@ class GuildLink:
         wait: ExternalWait = direct,
         heartbeat: Optional[float] = 5.0,
         silence_timeout: Optional[float] = 2.0,
+        frames: int = 1,
     ) -> None:
         self.router_url = router_url.rstrip("/")
         self.token = token
@@ -73,6 +74,11 @@ class GuildLink:
         self.wait = wait
         self.heartbeat = heartbeat
         self.silence_timeout = silence_timeout
+        #: Opus packets per binary message asked of the Router (``frames=``; 1: one, unprefixed).
+        self.frames = frames
+        #: Binary messages and the Opus packets in them received so far.
+        self.audio_messages = 0
+        self.audio_packets = 0
         #: Connections given up because the Router went silent while the guild played.
         self.silent_connections = 0
         self.state: Optional[dict[str, Any]] = None
@@ -94,7 +100,22 @@ class GuildLink:
     def url(self) -> str:
         ws = "wss" if self.router_url.startswith("https") else "ws"
         rest = self.router_url.split("://", 1)[1]
-        return f"{ws}://{rest}/bot?guild={quote(self.guild_id, safe='')}"
+        frames = f"&frames={self.frames}" if self.frames > 1 else ""
+        return f"{ws}://{rest}/bot?guild={quote(self.guild_id, safe='')}{frames}"
+
+    def packets(self, data: bytes) -> list[bytes]:
+        """The Opus packets of one binary message: the message itself, or with ``frames`` above
+        one, each packet after its 2-byte big-endian length (docs/bot-protocol.md)."""
+        if self.frames == 1:
+            return [data]
+        packets, at = [], 0
+        while at + 2 <= len(data):
+            size = int.from_bytes(data[at:at + 2], "big")
+            if at + 2 + size > len(data):
+                break
+            packets.append(data[at + 2:at + 2 + size])
+            at += 2 + size
+        return packets
 
     @property
     def connected(self) -> bool:
@@ -190,7 +211,10 @@ class GuildLink:
                     await ws.close()
                     break
                 if message.type == aiohttp.WSMsgType.BINARY:
-                    self.buffer.push(message.data)
+                    self.audio_messages += 1
+                    for packet in self.packets(message.data):
+                        self.audio_packets += 1
+                        self.buffer.push(packet)
                 elif message.type == aiohttp.WSMsgType.TEXT:
                     await self._text(message.data)
                 elif message.type == aiohttp.WSMsgType.CLOSE:
