@@ -255,8 +255,11 @@ import Testing
         }
         try await cluster.start(only: [1])
         // Once pair 1 renews its leases (before its first round it places everything elsewhere:
-        // a clean-clone run at d86a82f put the third guild on pair 0 so), a third guild goes to it, which has none.
+        // a clean-clone run at d86a82f put the third guild on pair 0 so) and has done so steadily
+        // for a lease (until then a steady pair is preferred: a clean-clone run at 5bd614b put the
+        // third guild on pair 0 so), a third guild goes to it, which has none.
         #expect(await eventually(timeout: .seconds(10)) { await cluster.pairs[1].clusterReady() }, "pair 1 never renewed")
+        #expect(await eventually(timeout: .seconds(10)) { (try? cluster.steady(1)) == true }, "pair 1 never became steady")
         #expect(try await cluster.pairs[1].play("drain-2", "noise-13.flac").status == 202)
         let survivor = "\(cluster.pairs[1].host):\(cluster.pairs[1].routerPort)"
         // One bot reaches the pair that stops (its connection ends there), one the pair that stays

@@ -169,6 +169,7 @@ final class PairCluster: @unchecked Sendable {
     let pairs: [TonearmCluster]
     let namespace: NetworkNamespace?
     let network: BridgedNetwork?
+    let lease: Double
     private let down = Mutex<Set<Int>>([])
 
     init(
@@ -178,6 +179,7 @@ final class PairCluster: @unchecked Sendable {
     ) throws {
         self.namespace = namespace
         self.network = network
+        self.lease = lease
         let postgres = try PostgresServer(alsoListenOn: namespace?.outside ?? network?.outside)
         self.postgres = postgres
         var pairs: [TonearmCluster] = []
@@ -273,6 +275,14 @@ final class PairCluster: @unchecked Sendable {
             if parts.count == 2 { owners[String(parts[0])] = String(parts[1]) }
         }
         return owners
+    }
+
+    /// Whether pair `index`'s heartbeats have come steadily for a lease, read from PostgreSQL:
+    /// until then placement prefers every steady pair to it (a fresh pair may fail its rounds).
+    func steady(_ index: Int) throws -> Bool {
+        let answer = try postgres.sql(
+            "SELECT coalesce(steady_since <= clock_timestamp() - make_interval(secs => \(lease)), false) FROM tonearm_pair WHERE id = 'pair-\(index)'")
+        return answer.trimmingCharacters(in: .whitespacesAndNewlines) == "t"
     }
 
     /// The sessions each pair's engine is playing now, by pair index: every engine asked at
