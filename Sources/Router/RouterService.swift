@@ -38,7 +38,8 @@ package enum RouterService {
         let background = BackgroundTasks()
         let directory = SessionDirectory(
             store: store, engine: engine, database: database, writer: writer, background: background, logger: logger,
-            browserPlays: configuration.browserPlays, normalizeByDefault: configuration.normalizeByDefault)
+            browserPlays: configuration.browserPlays, normalizeByDefault: configuration.normalizeByDefault,
+            clustered: configuration.cluster != nil)
         await directory.restore()
         if let member {
             member.attach(directory)

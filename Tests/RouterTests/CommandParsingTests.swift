@@ -5,6 +5,7 @@ import Foundation
 import HTTPTypes
 import ServiceSupport
 import Testing
+import WireProtocol
 
 @testable import TonearmRouter
 
@@ -43,17 +44,22 @@ import Testing
                 == .filters(Filters(tremolo: Tremolo(depth: 0.8), rotation: Rotation(rotationHz: 0.2), lowPass: LowPass())))
         for (name, expected) in [
             ("clear", SessionCommand.clear), ("next", .next), ("previous", .previous), ("pause", .pause),
-            ("resume", .resume), ("stop", .stop), ("shuffle", .shuffle),
+            ("resume", .resume), ("stop", .stop), ("shuffle", .shuffle), ("unfollow", .unfollow),
         ] {
             #expect(try command(name, "") == expected)
             #expect(try command(name, #"{"ignored":true}"#) == expected)
         }
         #expect(try command("crossfade", #"{"crossfade_ms":3000}"#) == .crossfade(milliseconds: 3000))
-        #expect(Set(CommandParsing.names).count == 18)
+        #expect(try command("follow", #"{"station":"radio","token":"t"}"#) == .follow(station: try SessionID("radio")))
+        #expect(Set(CommandParsing.names).count == 20)
     }
 
     @Test func refusalsNameTheField() {
         #expect(refusal("play", "{}")?.code == "missing_url")
+        #expect(refusal("follow", "{}")?.code == "missing_station")
+        #expect(refusal("follow", #"{"station":"a b"}"#)?.code == "invalid_station")
+        #expect(refusal("follow", #"{"station":""}"#)?.code == "invalid_station")
+        #expect(refusal("follow", #"{"station":7}"#)?.code == "invalid_station")
         #expect(refusal("play", #"{"url":"   "}"#)?.code == "missing_url")
         #expect(refusal("play", #"{"url":"\#(String(repeating: "a", count: 4097))"}"#)?.code == "invalid_url")
         #expect(refusal("jump", #"{"index":"x"}"#)?.code == "invalid_index")

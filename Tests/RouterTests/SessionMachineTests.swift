@@ -44,6 +44,16 @@ import WireProtocol
         WireEvent(type: .ready, sessionID: id, playID: playID, title: "T", durationMS: 30_000, positionMS: 0)
     }
 
+    /// A machine playing `url` as play `playID` (request 1 and lookup 1 used).
+    func playing(_ url: String, playID: UInt64) throws -> SessionMachine {
+        var machine = SessionMachine(id: id, snapshot: SessionSnapshot(), now: start)
+        _ = machine.handle(.command(.play(url: url), request: 1, shuffleSeed: 0), now: start)
+        let play = try #require(calls(machine.handle(.resolved(lookup: 1, .success(Resolution(url: url))), now: start)).first)
+        _ = machine.handle(.answered(play, .success(playID)), now: start)
+        _ = machine.handle(.event(ready(playID)), now: start)
+        return machine
+    }
+
     @Test func aPlayIsResolvedThenStartedAndItsCallerAnsweredWhenTheEngineHasIt() throws {
         var machine = SessionMachine(id: id, snapshot: SessionSnapshot(), now: start)
         #expect(describe(machine.handle(.command(.play(url: "a.mp3"), request: 1, shuffleSeed: 0), now: start)) == ["resolve #1 a.mp3"])
@@ -110,16 +120,35 @@ import WireProtocol
     }
 
     @Test func thePositionMovesWithTheClockAtTheTimescalesRate() throws {
-        var machine = SessionMachine(id: id, snapshot: SessionSnapshot(), now: start)
-        _ = machine.handle(.command(.play(url: "a.mp3"), request: 1, shuffleSeed: 0), now: start)
-        let play = try #require(calls(machine.handle(.resolved(lookup: 1, .success(Resolution(url: "a.mp3"))), now: start)).first)
-        _ = machine.handle(.answered(play, .success(1)), now: start)
-        _ = machine.handle(.event(ready(1)), now: start)
+        var machine = try playing("a.mp3", playID: 1)
         #expect(machine.position(at: start + .seconds(3)) == 3_000)
         let filters = machine.handle(
             .command(.filters(Filters(timescale: Timescale(speed: 2))), request: 2, shuffleSeed: 0), now: start + .seconds(3))
         let control = try #require(calls(filters).first)
         _ = machine.handle(.answered(control, .success(nil)), now: start + .seconds(3))
         #expect(machine.position(at: start + .seconds(4)) == 5_000, "a second at speed 2 after three at 1")
+    }
+
+    /// Following a station stops what the session played and keeps its queue; every command but
+    /// follow and unfollow is then refused with `following`; unfollowing lets them through again.
+    @Test func aFollowerStopsItsPlayAndRefusesItsOtherCommandsUntilItUnfollows() throws {
+        var machine = try playing("a.mp3", playID: 7)
+        #expect(machine.view(at: start).status == "playing")
+
+        let station = try SessionID("radio")
+        let follow = machine.handle(.command(.follow(station: station), request: 2, shuffleSeed: 0), now: start)
+        #expect(describe(follow) == ["state", "persist", "control stop"])
+        let stop = try #require(calls(follow).first)
+        #expect(describe(machine.handle(.answered(stop, .success(nil)), now: start)).last == "answer 2")
+        #expect(machine.view(at: start).following == "radio" && machine.activePlayID == nil)
+        #expect(machine.view(at: start).queue.map(\.url) == ["a.mp3"], "the queue stays for when it unfollows")
+
+        for (request, command) in [(3, SessionCommand.resume), (4, .play(url: "b.mp3")), (5, .volume(50)), (6, .next)] as [(UInt64, SessionCommand)] {
+            #expect(describe(machine.handle(.command(command, request: request, shuffleSeed: 0), now: start)) == ["refuse \(request) following"])
+        }
+        #expect(describe(machine.handle(.command(.unfollow, request: 7, shuffleSeed: 0), now: start)) == ["state", "persist", "answer 7"])
+        #expect(machine.view(at: start).following == nil)
+        #expect(describe(machine.handle(.command(.unfollow, request: 8, shuffleSeed: 0), now: start)) == ["refuse 8 not_following"])
+        #expect(describe(machine.handle(.command(.volume(50), request: 9, shuffleSeed: 0), now: start)) == ["state", "persist", "answer 9"])
     }
 }

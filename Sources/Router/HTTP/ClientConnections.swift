@@ -185,6 +185,7 @@ struct ClientConnections {
             leave()
         }
         let relayed = context.request.headers[ClusterRelay.forwardedHeader] != nil
+        let callerToken = AccessControl.token(in: context.request)
         try await withGracefulShutdownHandler {
             for try await message in inbound.messages(maxSize: 64 * 1024) {
                 guard case .text(let text) = message else { continue }
@@ -196,7 +197,8 @@ struct ClientConnections {
                     sink.eventLoop.execute { sink.movedAfterWaiting() }
                     continue
                 }
-                send(.event(await command(text, on: controller, id: id, limited: limited, bot: kind == .bot)), to: sink)
+                let reply = await command(text, on: controller, id: id, limited: limited, bot: kind == .bot, callerToken: callerToken)
+                send(.event(reply), to: sink)
             }
         } onGracefulShutdown: {
             sink.eventLoop.execute { sink.goAway(grace: Self.shutdownGrace) }
@@ -224,7 +226,7 @@ struct ClientConnections {
 
     /// Runs one WebSocket command and answers its reply message.
     private func command(
-        _ text: String, on controller: SessionController, id: SessionID, limited: Bool, bot: Bool
+        _ text: String, on controller: SessionController, id: SessionID, limited: Bool, bot: Bool, callerToken: String?
     ) async -> String {
         var reply = CommandReply(id: nil)
         do throws(APIError) {
@@ -244,7 +246,9 @@ struct ClientConnections {
                 reply.stopped = try await layers.remove(try LayerCommands.stop(data), on: id)
                 reply.state = await controller.state
             } else {
-                let command = try CommandParsing.command(envelope.op, arguments: CommandParsing.arguments(data))
+                let arguments = try CommandParsing.arguments(data)
+                let command = try CommandParsing.command(envelope.op, arguments: arguments)
+                try access.authorizeFollowing(command, token: arguments.token, callerToken: callerToken)
                 reply.state = try await SessionCommands(directory: directory, link: link, engine: engine)
                     .run(command, on: id, browser: limited)
             }

@@ -5,6 +5,7 @@ import EngineAPI
 import Foundation
 import HTTPTypes
 import ServiceSupport
+import WireProtocol
 
 enum CommandParsing {
     /// Every argument any command takes; which are required depends on the command.
@@ -16,11 +17,15 @@ enum CommandParsing {
         var mode: String?
         var enabled: Bool?
         var crossfade_ms: Int?
+        /// `follow`: the station, and a token that may hear it (its listen token) for a caller
+        /// that may not already.
+        var station: String?
+        var token: String?
         /// `filters`: Lavalink v4's filter objects (`equalizer`, `karaoke`, `tremolo`, …) beside
         /// the other arguments, read from the same JSON object.
         var filters = Filters()
 
-        private enum CodingKeys: String, CodingKey { case url, index, position_ms, volume, mode, enabled, crossfade_ms }
+        private enum CodingKeys: String, CodingKey { case url, index, position_ms, volume, mode, enabled, crossfade_ms, station, token }
 
         init() {}
 
@@ -33,6 +38,8 @@ enum CommandParsing {
             mode = try container.decodeIfPresent(String.self, forKey: .mode)
             enabled = try container.decodeIfPresent(Bool.self, forKey: .enabled)
             crossfade_ms = try container.decodeIfPresent(Int.self, forKey: .crossfade_ms)
+            station = try container.decodeIfPresent(String.self, forKey: .station)
+            token = try container.decodeIfPresent(String.self, forKey: .token)
             filters = try Filters(from: decoder)
         }
     }
@@ -55,7 +62,7 @@ enum CommandParsing {
     /// Every command's name, as REST paths and WebSocket `op`s spell it.
     static let names = [
         "play", "queue", "remove", "clear", "jump", "next", "previous", "pause", "resume", "stop", "seek", "volume",
-        "filters", "normalize", "cue", "crossfade", "loop", "shuffle",
+        "filters", "normalize", "cue", "crossfade", "loop", "shuffle", "follow", "unfollow",
     ]
 
     /// The command `name` with its arguments.
@@ -86,6 +93,14 @@ enum CommandParsing {
             }
             return .loop(mode)
         case "shuffle": return .shuffle
+        case "follow":
+            let station = try required(json.station, "station")
+            do {
+                return .follow(station: try SessionID(station))
+            } catch {
+                throw .badRequest("invalid_station", "station is a session id: 1 to 24 printable ASCII characters, no spaces")
+            }
+        case "unfollow": return .unfollow
         default:
             throw APIError(
                 status: .notFound, code: "unknown_command",

@@ -20,6 +20,10 @@ struct LayerCommands: Sendable {
             throw .badRequest("missing_url", "url is required: an http(s) link, a page yt-dlp understands, or a file name")
         }
         try link.requireConnected(engine)
+        if let station = directory.store.station(of: id) {
+            throw APIError(
+                status: .conflict, code: "following", message: "this session follows \(station): a layer goes on the station, or unfollow first")
+        }
         return try await onSession(id) { [engine] controller in
             // The engine knows no session that never played: the Router says what the user sees.
             guard await controller.activePlayID != nil else {

@@ -172,7 +172,9 @@ struct RouterApplication {
         try access.authorize(request, for: id)
         var request = request
         let body = try await request.collectBody(upTo: 64 * 1024)
-        let command = try CommandParsing.command(name, arguments: CommandParsing.arguments(Data(body.readableBytesView)))
+        let arguments = try CommandParsing.arguments(Data(body.readableBytesView))
+        let command = try CommandParsing.command(name, arguments: arguments)
+        try access.authorizeFollowing(command, token: arguments.token, callerToken: AccessControl.token(in: request))
         return try await perform(command, on: id, browser: !access.isBot(request))
     }
 

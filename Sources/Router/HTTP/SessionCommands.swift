@@ -14,6 +14,11 @@ struct SessionCommands: Sendable {
     /// with a browser's token (held to the browsers' share of the pool).
     func run(_ command: SessionCommand, on id: SessionID, browser: Bool) async throws(APIError) -> SessionView {
         try link.requireConnected(engine)
+        switch command {
+        case .follow(let station): return try await directory.follow(id, station: station)
+        case .unfollow: return try await directory.unfollow(id)
+        default: break
+        }
         if browser { try await directory.admitBrowser(command, on: id) }
         do {
             return try await directory.using(id) { try await $0.perform(command) }

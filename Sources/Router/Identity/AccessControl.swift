@@ -49,6 +49,24 @@ struct AccessControl: Sendable {
         try authorize(token: token, for: session)
     }
 
+    /// A `follow` needs the right to hear its station too: the caller's own token (the bot
+    /// token, or a browser's for that session), or the station's listen token given as the
+    /// command's `token`. Other commands pass.
+    func authorizeFollowing(_ command: SessionCommand, token: String?, callerToken: String?) throws(APIError) {
+        guard case .follow(let station) = command else { return }
+        if let callerToken, let botToken, Self.constantTimeEqual(callerToken, botToken) { return }
+        guard token != nil || callerToken != nil else {
+            throw APIError(status: .unauthorized, code: "unauthorized", message: "following \(station) needs a token that may hear it")
+        }
+        do {
+            try authorizeListening(token: token ?? callerToken, for: station)
+        } catch {
+            throw APIError(
+                status: .forbidden, code: "station_forbidden",
+                message: "following \(station) needs a token that may hear it: give its listen token as \"token\" (\(error.message))")
+        }
+    }
+
     private static let onlyListens = APIError(
         status: .forbidden, code: "forbidden",
         message: "a listen token may only hear its session (/listen, /hls), not control it")

@@ -133,7 +133,7 @@ struct SessionMachine: Sendable {
             nowPlaying: queue.currentTrack, queue: queue.tracks, positionMS: position(at: now),
             durationMS: queue.currentTrack?.durationMS, volume: snapshot.volume, filters: snapshot.filters,
             normalize: snapshot.normalize, cue: snapshot.cue, crossfadeMS: snapshot.crossfadeMS,
-            paused: queue.status == .paused, loop: queue.loop, resolving: resolving.pending)
+            paused: queue.status == .paused, loop: queue.loop, resolving: resolving.pending, following: snapshot.following)
     }
 
     /// The snapshot with the position where the track is at `now` (a hand-over's checkpoint).
@@ -190,7 +190,27 @@ extension SessionMachine {
         // A stop is a stop even when the engine's end came first: nobody resumes it after.
         if command == .stop { snapshot.interrupted = false }
         let origin = Origin.request(request)
+        if let station = snapshot.following, !command.isAboutFollowing {
+            let message = "this session follows \(station): unfollow it first (its clients hear that session's controls)"
+            return complete(origin, .failure(APIError(status: .conflict, code: "following", message: message)), &step)
+        }
         switch command {
+        case .follow(let station):
+            // What this session played stops; its queue stays for when it unfollows.
+            newIntent(&step)
+            carry(resolving.callOffAll(), &step)
+            snapshot.following = station.description
+            guard snapshot.queue.status == .idle else { return apply(.stop, origin, &step) }
+            changed(&step)
+            complete(origin, .success(()), &step)
+        case .unfollow:
+            guard snapshot.following != nil else {
+                return complete(
+                    origin, .failure(APIError(status: .conflict, code: "not_following", message: "this session follows no station")), &step)
+            }
+            snapshot.following = nil
+            changed(&step)
+            complete(origin, .success(()), &step)
         case .play(let url):
             newIntent(&step)
             resolve(url, isPlay: true, request: request, &step)

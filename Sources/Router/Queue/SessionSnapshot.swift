@@ -22,6 +22,8 @@ struct SessionSnapshot: Sendable, Equatable, Codable {
     /// A hand-over between pairs (docs/cluster.md): wall-clock ms at which the pair taking the
     /// session starts its track at `positionMS`; the pair handing it over sends nothing after.
     var startAtMS: Int64?
+    /// The station this session follows (its clients hear that session), nil when it follows none.
+    var following: String?
 
     enum CodingKeys: String, CodingKey {
         case queue, volume, filters, normalize, cue
@@ -29,7 +31,7 @@ struct SessionSnapshot: Sendable, Equatable, Codable {
         case crossfadeMS = "crossfade_ms"
         case positionMS = "position_ms"
         case playID = "play_id"
-        case interrupted
+        case interrupted, following
     }
 }
 
@@ -47,6 +49,7 @@ extension SessionSnapshot {
         playID = try container.decodeIfPresent(UInt64.self, forKey: .playID)
         interrupted = try container.decodeIfPresent(Bool.self, forKey: .interrupted) ?? false
         startAtMS = try container.decodeIfPresent(Int64.self, forKey: .startAtMS)
+        following = try container.decodeIfPresent(String.self, forKey: .following)
     }
 }
 

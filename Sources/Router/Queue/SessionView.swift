@@ -29,11 +29,13 @@ struct SessionView: Sendable, Equatable, Codable {
     /// `play` and `queue` commands whose URL is still being resolved, oldest first: each becomes
     /// a track (a `state`) or an `error` event naming its URL.
     var resolving: [PendingTrack] = []
+    /// The station this session follows: its clients hear that session's audio and events.
+    var following: String?
     /// Connected clients, in the operator's listing (`GET /api/sessions`) only.
     var clients: Int?
 
     enum CodingKeys: String, CodingKey {
-        case type, status, current, queue, volume, filters, normalize, cue, paused, loop, clients, resolving
+        case type, status, current, queue, volume, filters, normalize, cue, paused, loop, clients, resolving, following
         case sessionID = "session_id"
         case nowPlaying = "now_playing"
         case positionMS = "position_ms"

@@ -11,7 +11,7 @@ import WireProtocol
 
 actor SessionDirectory {
     private var controllers: [SessionID: SessionController] = [:]
-    private let store: SessionStore
+    let store: SessionStore
     private let engine: any EngineControl
     private let database: (any SessionStorage)?
     private let writer: PersistenceWriter?
@@ -25,6 +25,8 @@ actor SessionDirectory {
     private let browserPlays: Int?
     /// A new session's loudness normalisation (TONEARM_NORMALIZE).
     let normalizeByDefault: Bool
+    /// A pair of a cluster: stations are not offered (a station and its followers may be owned by different pairs).
+    let clustered: Bool
     /// Sessions a browser token has commanded, and those let start a play lately (their play may
     /// still be resolving, so it does not show as active yet).
     private var browserSessions: Set<SessionID> = []
@@ -43,8 +45,10 @@ actor SessionDirectory {
 
     init(
         store: SessionStore, engine: any EngineControl, database: (any SessionStorage)?, writer: PersistenceWriter?,
-        background: BackgroundTasks? = nil, logger: Logger, browserPlays: Int? = nil, normalizeByDefault: Bool = true
+        background: BackgroundTasks? = nil, logger: Logger, browserPlays: Int? = nil, normalizeByDefault: Bool = true,
+        clustered: Bool = false
     ) {
+        self.clustered = clustered
         self.background = background
         self.browserPlays = browserPlays
         self.normalizeByDefault = normalizeByDefault
@@ -81,6 +85,8 @@ actor SessionDirectory {
             id: id, snapshot: stored ?? SessionSnapshot(normalize: normalizeByDefault), engine: engine, sink: sink)
         controllers[id] = controller
         store.register(id)
+        // A follower stored so hears its station again.
+        if let station = stored?.following.flatMap({ try? SessionID($0) }) { try? store.follow(id, station: station) }
         return controller
     }
 
@@ -118,6 +124,12 @@ actor SessionDirectory {
             for (id, snapshot) in try await database.loadActive() where controllers[id] == nil {
                 controllers[id] = SessionController(id: id, snapshot: snapshot, engine: engine, sink: sink)
                 store.register(id)
+                // Before any client comes: what plays, as if its `ready` had been seen (a play the
+                // engine lost ends with the `finished` the reconciliation sends).
+                if snapshot.queue.status == .playing, let track = snapshot.queue.currentTrack, let playID = snapshot.playID {
+                    store.noteStillPlaying(
+                        WireEvent(type: .ready, sessionID: id, playID: playID, url: track.url, title: track.title, durationMS: track.durationMS))
+                }
             }
             logger.info("restored sessions", metadata: ["count": "\(controllers.count)"])
         } catch {
@@ -311,12 +323,13 @@ actor SessionDirectory {
     func releaseStale(idleFor: Duration) async {
         let cutoff = ContinuousClock.now - idleFor
         for (id, controller) in controllers {
-            guard pins[id] == nil, store.subscriberCount(id) == 0, await controller.isIdle,
+            guard pins[id] == nil, store.subscriberCount(id) == 0, store.followerCount(id) == 0, await controller.isIdle,
                 await controller.lastActive < cutoff, (store.lastSeen(id) ?? cutoff) <= cutoff
             else { continue }
             // The awaits above let others in: a client may have joined or a command started.
             // Checked again with no suspension before the removal.
-            guard pins[id] == nil, controllers[id] === controller, store.subscriberCount(id) == 0 else { continue }
+            guard pins[id] == nil, controllers[id] === controller, store.subscriberCount(id) == 0, store.followerCount(id) == 0
+            else { continue }
             controllers.removeValue(forKey: id)
             browserSessions.remove(id)
             store.release(id)

@@ -46,11 +46,22 @@ package final class SessionStore: Sendable {
         var framesRouted: UInt64 = 0
         /// The `ready` of the track playing (its title and artist, for a listener who arrives mid-track).
         var lastTrackStart: WireEvent?
+        /// The `ready` of the play being heard now (nil once it finished, or while paused): what
+        /// a follower's client is told first, as if it had heard the track begin.
+        var hearing: WireEvent?
         /// When the last client left (or the session became known).
         var lastSeen = ContinuousClock.now
         /// A session just handed over from another pair: its first frames here, for the clients
         /// that come over from that pair a moment after they were sent.
         var catchUp: CatchUp?
+        /// The station this session follows (SessionStore+Stations): its clients are handed the
+        /// station's frames and events, and its own frames are dropped.
+        var station: SessionID?
+        /// The sessions that follow this one, and their sinks merged with this one's (`loops`
+        /// when it has no followers), and those of them with stream clients.
+        var followers: Set<SessionID> = []
+        var fanLoops: [LoopGroup] = []
+        var streamFollowers: [SessionID] = []
     }
 
     /// The frames a session sent since its hand-over, kept for a short while: a client that
@@ -68,27 +79,7 @@ package final class SessionStore: Sendable {
         var sinks: [any ClientSink]
     }
 
-    struct Counters: Sendable, Equatable {
-        /// Packets for a session the Router does not know (or no longer knows); dropped as stale.
-        var unknownSessionFrames: UInt64 = 0
-        /// Frames a slow client's buffer discarded.
-        var slowClientDrops: UInt64 = 0
-        /// Clients disconnected for staying behind.
-        var slowClientDisconnects: UInt64 = 0
-        var framesRouted: UInt64 = 0
-    }
-
-    /// One client, as `/health/session/{id}` shows it.
-    struct ClientInfo: Sendable, Codable {
-        var kind: ClientKind
-        var connectedSeconds: Double
-        enum CodingKeys: String, CodingKey {
-            case kind
-            case connectedSeconds = "connected_seconds"
-        }
-    }
-
-    private struct State {
+    struct State {
         var entries: [SessionID: Entry] = [:]
         var nextToken: UInt64 = 1
         var counters = Counters()
@@ -100,7 +91,7 @@ package final class SessionStore: Sendable {
     /// windows is disconnected (defaults: 50 of 250, i.e. a fifth of 5 s of audio).
     let slowWindowFrames: Int
     let slowDropLimit: Int
-    private let state = Mutex(State())
+    let state = Mutex(State())
     private let eventSink = Mutex<AsyncStream<WireEvent>.Continuation?>(nil)
 
     package init(clientBufferFrames: Int = 50, slowWindowFrames: Int = 250, slowDropLimit: Int = 50) {
@@ -130,7 +121,11 @@ package final class SessionStore: Sendable {
 
     /// Forgets `id` (a stale session); its clients, if any, are finished.
     package func release(_ id: SessionID) {
-        let entry = state.withLock { $0.entries.removeValue(forKey: id) }
+        let entry = state.withLock { state in
+            let entry = state.entries.removeValue(forKey: id)
+            Self.forget(id, station: entry?.station, in: &state)
+            return entry
+        }
         for subscriber in entry?.subscribers.values ?? [:].values {
             if case .stream(let continuation) = subscriber.output { continuation.finish() }
         }
@@ -154,7 +149,7 @@ package final class SessionStore: Sendable {
             }
             state.entries[id]?.lastSeen = .now
             guard let removed = state.entries[id]?.subscribers.removeValue(forKey: token) else { return nil }
-            if case .sink = removed.output { Self.regroup(&state.entries[id]!) }
+            Self.regroup(id, in: &state)
             return removed
         }
         if case .stream(let continuation) = subscriber?.output { continuation.finish() }
@@ -182,31 +177,11 @@ package final class SessionStore: Sendable {
     var sessionCount: Int { state.withLock { $0.entries.count } }
     var clientCount: Int { state.withLock { $0.entries.values.reduce(0) { $0 + $1.subscribers.values.count(where: \.listed) } } }
 
-    var clientsByKind: [ClientKind: Int] {
-        state.withLock { state in
-            var counts = Dictionary(uniqueKeysWithValues: ClientKind.allCases.map { ($0, 0) })
-            for entry in state.entries.values {
-                for subscriber in entry.subscribers.values where subscriber.listed { counts[subscriber.kind, default: 0] += 1 }
-            }
-            return counts
-        }
-    }
-
     /// The clients of `id` (a feed is not one: its listeners are).
     func subscriberCount(_ id: SessionID) -> Int { state.withLock { $0.entries[id]?.subscribers.values.count(where: \.listed) ?? 0 } }
 
     /// When the last client of `id` left (or when the session became known).
     func lastSeen(_ id: SessionID) -> ContinuousClock.Instant? { state.withLock { $0.entries[id]?.lastSeen } }
-
-    func clients(of id: SessionID) -> [ClientInfo] {
-        let now = Date()
-        return state.withLock { state in
-            (state.entries[id]?.subscribers.values ?? [:].values)
-                .filter(\.listed)
-                .map { ClientInfo(kind: $0.kind, connectedSeconds: now.timeIntervalSince($0.since)) }
-                .sorted { $0.connectedSeconds > $1.connectedSeconds }
-        }
-    }
 
     /// Subscribes to `id`'s packets and events from now on.
     package func subscribe(
@@ -244,7 +219,7 @@ package final class SessionStore: Sendable {
             let token = state.nextToken
             state.nextToken += 1
             state.entries[id, default: Entry()].subscribers[token] = subscriber
-            if case .sink = subscriber.output { Self.regroup(&state.entries[id]!) }
+            Self.regroup(id, in: &state)
             // Under the lock: a frame published after this reaches the client after these.
             if let catchUp = state.entries[id]?.catchUp, !catchUp.frames.isEmpty, catchUp.until > .now {
                 switch subscriber.output {
@@ -259,6 +234,7 @@ package final class SessionStore: Sendable {
                     break
                 }
             }
+            Self.greet(subscriber, of: state.entries[id]!, in: state)
             return token
         }
     }
@@ -267,7 +243,7 @@ package final class SessionStore: Sendable {
         let subscriber = state.withLock { state -> Subscriber? in
             state.entries[id]?.lastSeen = .now
             guard let removed = state.entries[id]?.subscribers.removeValue(forKey: token) else { return nil }
-            if case .sink = removed.output { Self.regroup(&state.entries[id]!) }
+            Self.regroup(id, in: &state)
             return removed
         }
         if case .stream(let continuation) = subscriber?.output { continuation.finish() }
@@ -276,7 +252,7 @@ package final class SessionStore: Sendable {
     /// Groups the sinks by event loop and by kind: a group's message is encoded once, by its
     /// first sink, so a WebSocket client and a `/listen` listener on one loop are two groups
     /// (one would otherwise get the other's bytes: a WebSocket frame wrapped in an Ogg page).
-    private static func regroup(_ entry: inout Entry) {
+    static func regroup(_ entry: inout Entry) {
         var groups: [LoopGroup] = []
         for subscriber in entry.subscribers.values {
             guard case .sink(let sink) = subscriber.output else { continue }
@@ -343,12 +319,19 @@ package final class SessionStore: Sendable {
                 if event == nil { state.counters.unknownSessionFrames += 1 }
                 return []
             }
+            // A follower's own frames and events (its play stopping as it began to follow) reach
+            // none of its clients (its controller still gets the events).
+            if state.entries[id]!.station != nil { return [] }
             if event == nil, state.entries[id]!.catchUp != nil, case .audio(let frame) = message {
                 Self.keep(frame, in: &state.entries[id]!.catchUp)
             }
             // In place: copying the entry out and back would copy its subscriber table per frame.
             deliver(message, event: event, to: &state.entries[id]!, counters: &state.counters, slow: &slow)
-            return state.entries[id]!.loops
+            guard !state.entries[id]!.followers.isEmpty else { return state.entries[id]!.loops }
+            for follower in state.entries[id]!.streamFollowers where state.entries[follower] != nil {
+                deliver(message, event: event, to: &state.entries[follower]!, counters: &state.counters, slow: &slow)
+            }
+            return state.entries[id]!.fanLoops
         }
         Self.fanOut(message, audio: event == nil, to: loops)
         for (subscriber, reason) in slow {
@@ -375,7 +358,7 @@ package final class SessionStore: Sendable {
         slow: inout [(Subscriber, String)]
     ) {
         let isFrame = event == nil
-        if let event, event.type == .ready { entry.lastTrackStart = event }
+        if let event { Self.note(event, in: &entry) }
         var index = entry.subscribers.startIndex
         while index != entry.subscribers.endIndex {
             defer { index = entry.subscribers.index(after: index) }

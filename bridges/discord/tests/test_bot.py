@@ -30,6 +30,7 @@ def test_every_slash_command_is_registered_with_its_options():
     assert set(commands) == {
         "play", "queue", "skip", "previous", "pause", "resume", "stop", "shuffle", "seek", "volume", "loop",
         "remove", "nowplaying", "leave", "equalizer", "effect", "normalize", "crossfade", "over", "cue", "radio",
+        "follow", "unfollow",
     }
     assert [p.name for p in commands["play"].parameters] == ["query"]
     assert [p.name for p in commands["skip"].parameters] == []

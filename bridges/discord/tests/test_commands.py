@@ -114,6 +114,21 @@ def test_every_command_against_the_router(cluster):
                 playing = await commands.now_playing()
                 assert playing["title"] == "tone-440.mp3" and playing["duration"] == "0:30"
 
+                # A station: the guild follows it, its own controls are refused until it unfollows.
+                assert (await commands.follow(" radio ")).startswith("Following **radio**")
+                assert (await link.command("state"))["following"] == "radio"
+                with pytest.raises(TonearmError) as refused:
+                    await commands.simple("pause")
+                assert refused.value.code == "following" and "radio" in refused.value.message
+                with pytest.raises(TonearmError) as refused:
+                    await commands.follow("  ")
+                assert refused.value.code == "missing_station"
+                assert (await commands.unfollow()).startswith("Stopped following.")
+                assert "following" not in await link.command("state")
+                with pytest.raises(TonearmError) as refused:
+                    await commands.unfollow()
+                assert refused.value.code == "not_following"
+
                 assert await commands.remove(2) == "Removed **tone-880.mp3**."
                 assert len((await link.command("state"))["queue"]) == 1
 

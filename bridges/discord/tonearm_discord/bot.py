@@ -254,6 +254,15 @@ def register_commands(bot: TonearmBot) -> None:
     async def crossfade(interaction: discord.Interaction, seconds: app_commands.Range[float, 0, 12]) -> None:
         await answer(interaction, lambda: guild_commands(interaction).crossfade(seconds))
 
+    @tree.command(description="Hear a station (a session other servers hear too) instead of this server's queue")
+    @app_commands.describe(station="the station's name")
+    async def follow(interaction: discord.Interaction, station: str) -> None:
+        await answer(interaction, lambda: guild_commands(interaction).follow(station))
+
+    @tree.command(description="Stop following the station: this server's own queue again")
+    async def unfollow(interaction: discord.Interaction) -> None:
+        await answer(interaction, lambda: guild_commands(interaction).unfollow())
+
     @tree.command(description="Loop off, this track, or the queue")
     @app_commands.choices(mode=[app_commands.Choice(name=m, value=m) for m in ("off", "track", "queue")])
     async def loop(interaction: discord.Interaction, mode: app_commands.Choice[str]) -> None:

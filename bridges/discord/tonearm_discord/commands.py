@@ -224,6 +224,18 @@ class Commands:
             return "Crossfade off: each track starts on the sample the last one ends."
         return f"Each track fades into the next over {seconds:g} s."
 
+    async def follow(self, station: str) -> str:
+        """This guild hears another session (a station other servers hear too) instead of its queue."""
+        station = station.strip()
+        if not station:
+            raise TonearmError("missing_station", "name the station to follow")
+        await self.link.command("follow", station=station)
+        return f"Following **{station}**: this server hears it with everyone who follows it. /unfollow plays your own music again."
+
+    async def unfollow(self) -> str:
+        await self.link.command("unfollow")
+        return "Stopped following. Your queue is as you left it: /resume or /play."
+
     async def loop(self, mode: str) -> str:
         if mode not in LOOP_MODES:
             raise TonearmError("invalid_mode", "loop is off, track or queue")

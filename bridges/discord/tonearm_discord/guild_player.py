@@ -73,7 +73,9 @@ class GuildPlayer:
                     # Not awaited here: its command's reply comes through this same link.
                     asyncio.get_running_loop().create_task(relink())
             status = event.get("status")
-            if status == "playing":
+            if event.get("following"):
+                pass  # the guild hears a station: its events (``ready``, ``paused``, …) say when it plays
+            elif status == "playing":
                 self._speak(True)
             elif status in ("idle", "paused"):
                 self._speak(False)

@@ -1,0 +1,140 @@
+// Stations: a session that follows another (its station) hands its clients the station's frames
+// and events, and the engine does nothing for it. The station's entry keeps its sinks merged with
+// every follower's by event loop and kind (`fanLoops`), so a frame is still one task per event
+// loop and one encoding per group, however many sessions follow; that merge is made again only
+// when a client comes or goes or a session follows or stops following.
+import HTTPTypes
+import NIOCore
+import ServiceSupport
+import Synchronization
+import WireProtocol
+
+extension SessionStore {
+    /// Makes `id` follow `station` (or another station instead of the one it followed). Refused
+    /// when that would make a chain: a station follows nobody, and a followed session follows
+    /// nobody. Both are made known if they were not.
+    func follow(_ id: SessionID, station: SessionID) throws(APIError) {
+        let refusal = state.withLock { state -> APIError? in
+            if id == station {
+                return .badRequest("invalid_station", "a session cannot follow itself")
+            }
+            if let further = state.entries[station]?.station {
+                return APIError(
+                    status: .conflict, code: "station_follows",
+                    message: "\(station) follows \(further) itself; follow \(further) instead")
+            }
+            if let followers = state.entries[id]?.followers, !followers.isEmpty {
+                return APIError(
+                    status: .conflict, code: "session_followed",
+                    message: "\(followers.count) sessions follow \(id); a station cannot follow another")
+            }
+            let previous = state.entries[id]?.station
+            if previous == station { return nil }
+            state.entries[station, default: Entry()].followers.insert(id)
+            state.entries[id, default: Entry()].station = station
+            Self.forget(id, station: previous, in: &state)
+            Self.mergeFollowers(of: station, in: &state)
+            if let entry = state.entries[id] {
+                for subscriber in entry.subscribers.values { Self.greet(subscriber, of: entry, in: state) }
+            }
+            return nil
+        }
+        if let refusal { throw refusal }
+    }
+
+    /// `id` follows no station any more: its clients hear its own frames again.
+    func unfollow(_ id: SessionID) {
+        state.withLock { state in
+            guard let station = state.entries[id]?.station else { return }
+            state.entries[id]!.station = nil
+            Self.forget(id, station: station, in: &state)
+        }
+    }
+
+    /// The station `id` follows, if any.
+    func station(of id: SessionID) -> SessionID? { state.withLock { $0.entries[id]?.station } }
+
+    /// How many sessions follow `id`.
+    func followerCount(_ id: SessionID) -> Int { state.withLock { $0.entries[id]?.followers.count ?? 0 } }
+
+    /// Keeps what a session's events say is heard now.
+    static func note(_ event: WireEvent, in entry: inout Entry) {
+        switch event.type {
+        case .ready:
+            entry.lastTrackStart = event
+            entry.hearing = event
+        case .finished where event.playID == entry.hearing?.playID, .paused: entry.hearing = nil
+        case .resumed: entry.hearing = entry.lastTrackStart
+        default: break
+        }
+    }
+
+    /// A play stored as going on when the Router starts (`SessionDirectory.restore`): its
+    /// `ready`, unless one came since; the clients of its followers are told of it.
+    func noteStillPlaying(_ ready: WireEvent) {
+        let id = ready.sessionID
+        state.withLock { state in
+            guard state.entries[id] != nil, state.entries[id]!.hearing == nil else { return }
+            state.entries[id]!.hearing = ready
+            state.entries[id]!.lastTrackStart = state.entries[id]!.lastTrackStart ?? ready
+            for follower in state.entries[id]!.followers {
+                guard let entry = state.entries[follower] else { continue }
+                for subscriber in entry.subscribers.values { Self.greet(subscriber, of: entry, in: state) }
+            }
+        }
+    }
+
+    /// A follower's new client hears the station's track begin: the `ready` of what the station
+    /// plays now (a bot sets its speaking flag on it), in order before the station's next frame.
+    static func greet(_ subscriber: Subscriber, of entry: Entry, in state: State) {
+        guard let station = entry.station, let ready = state.entries[station]?.hearing else { return }
+        let message = ClientMessage.event(ready.jsonLine())
+        switch subscriber.output {
+        case .stream(let continuation): continuation.yield(message)
+        case .sink(let sink): sink.eventLoop.execute { sink.deliver(sink.encode(message), audio: false) }
+        case .fed: break  // its feed is a sink of the same session, greeted itself
+        }
+    }
+
+    /// Takes `id` out of `station`'s followers (it stopped following, or is gone).
+    static func forget(_ id: SessionID, station: SessionID?, in state: inout State) {
+        guard let station, state.entries[station]?.followers.remove(id) != nil else { return }
+        mergeFollowers(of: station, in: &state)
+    }
+
+    /// Groups `id`'s sinks again after one came or went, and its station's merge with them.
+    static func regroup(_ id: SessionID, in state: inout State) {
+        guard state.entries[id] != nil else { return }
+        regroup(&state.entries[id]!)
+        if !state.entries[id]!.followers.isEmpty { mergeFollowers(of: id, in: &state) }
+        if let station = state.entries[id]!.station { mergeFollowers(of: station, in: &state) }
+    }
+
+    /// The station's own sink groups and its followers', merged by event loop and kind.
+    static func mergeFollowers(of station: SessionID, in state: inout State) {
+        guard let entry = state.entries[station] else { return }
+        guard !entry.followers.isEmpty else {
+            state.entries[station]!.fanLoops = []
+            state.entries[station]!.streamFollowers = []
+            return
+        }
+        var groups = entry.loops
+        var streams: [SessionID] = []
+        for follower in entry.followers {
+            guard let followed = state.entries[follower] else { continue }
+            for group in followed.loops {
+                let kind = ObjectIdentifier(type(of: group.sinks[0]))
+                if let index = groups.firstIndex(where: { $0.loop === group.loop && ObjectIdentifier(type(of: $0.sinks[0])) == kind }) {
+                    groups[index].sinks += group.sinks
+                } else {
+                    groups.append(group)
+                }
+            }
+            if followed.subscribers.values.contains(where: { if case .stream = $0.output { true } else { false } }) {
+                streams.append(follower)
+            }
+        }
+        state.entries[station]!.fanLoops = groups
+        state.entries[station]!.streamFollowers = streams
+    }
+}
