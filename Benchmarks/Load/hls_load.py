@@ -13,6 +13,8 @@ Each prints one JSON object: requests, bytes, errors, and for HLS the segments m
 that fell behind the six-segment window) and request times p50/p99.
 """
 import errno, json, os, re, selectors, socket, sys, time, urllib.parse
+
+import station_load
 from urllib.parse import urlsplit
 
 
@@ -189,12 +191,7 @@ def row(tool, engine_class, router_class, cpu_seconds, listeners, seconds, nginx
     results = {}
     cache = None
     try:
-        # Passed through (the Router's cost is the row's), and looped: the row outlasts the track.
-        router.command("station", "normalize", {"enabled": False})
-        router.command("station", "loop", {"mode": "track"})
-        status, body = router.command("station", "play", {"url": "music.webm"})
-        if status != 202:
-            raise SystemExit(f"tonearm-load: play answered {status}: {body}")
+        station_load.start_station(router)
         time.sleep(3)
         # The listeners carry a listen token, as operators are told to publish (not the bot's).
         status, body = router.command("station", "listen-token")

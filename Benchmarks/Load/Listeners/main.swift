@@ -21,6 +21,8 @@ struct Options {
     var warmup = 3.0
     /// Audio frames per message asked of the Router (`frames=`; 1: one per message, no lengths).
     var frames = 1
+    /// The session every guild follows (`--station`): its id is in the tap's key for all of them.
+    var station: String?
 
     init(_ arguments: [String]) {
         var iterator = arguments.dropFirst().makeIterator()
@@ -35,6 +37,7 @@ struct Options {
             case "--tap": tap = value
             case "--warmup": warmup = Double(value)!
             case "--frames": frames = Int(value)!
+            case "--station": station = value
             default: fatalError("unknown option \(flag)")
             }
         }
@@ -189,6 +192,7 @@ func pong(_ payload: ArraySlice<UInt8>, to fd: Int32) {
 
 let options = Options(CommandLine.arguments)
 let tap = options.tap.map { Tap(path: $0) }
+let station = options.station.map { Array($0.utf8) }
 var listeners: [Listener] = []
 for guild in options.guilds {
     for _ in 0..<options.perGuild {
@@ -274,7 +278,8 @@ while monotonicNanos() < deadline {
                 listeners[index].frames += packets.count
                 if tap != nil {
                     for packet in packets {
-                        let key = buffer.withUnsafeBytes { frameKey(listeners[index].guild, UnsafeRawBufferPointer(rebasing: $0[packet])) }
+                        let session = station ?? listeners[index].guild
+                        let key = buffer.withUnsafeBytes { frameKey(session, UnsafeRawBufferPointer(rebasing: $0[packet])) }
                         pendingKeys.append((key, now))
                     }
                 }

@@ -1,8 +1,9 @@
 // Stations: a session that follows another (its station) hands its clients the station's frames
 // and events, and the engine does nothing for it. The station's entry keeps its sinks merged with
 // every follower's by event loop and kind (`fanLoops`), so a frame is still one task per event
-// loop and one encoding per group, however many sessions follow; that merge is made again only
-// when a client comes or goes or a session follows or stops following.
+// loop and one encoding per group, however many sessions follow. A follower's sink joins or leaves
+// that merge by itself; the whole merge is made again only when the station's own clients change
+// or a session stops following.
 import HTTPTypes
 import NIOCore
 import ServiceSupport
@@ -33,10 +34,16 @@ extension SessionStore {
             state.entries[station, default: Entry()].followers.insert(id)
             state.entries[id, default: Entry()].station = station
             Self.forget(id, station: previous, in: &state)
-            Self.mergeFollowers(of: station, in: &state)
-            if let entry = state.entries[id] {
-                for subscriber in entry.subscribers.values { Self.greet(subscriber, of: entry, in: state) }
+            // Its sinks join the station's merge one by one (a full merge per follow would make
+            // thousands of follows cost the square of their number).
+            let entry = state.entries[id]!
+            for group in entry.loops {
+                for sink in group.sinks { Self.fanAdd(sink, to: &state.entries[station]!) }
             }
+            if entry.subscribers.values.contains(where: { if case .stream = $0.output { true } else { false } }) {
+                state.entries[station]!.streamFollowers.append(id)
+            }
+            for subscriber in entry.subscribers.values { Self.greet(subscriber, of: entry, in: state) }
             return nil
         }
         if let refusal { throw refusal }
@@ -102,12 +109,45 @@ extension SessionStore {
         mergeFollowers(of: station, in: &state)
     }
 
-    /// Groups `id`'s sinks again after one came or went, and its station's merge with them.
-    static func regroup(_ id: SessionID, in state: inout State) {
+    /// Groups `id`'s sinks again after `subscriber` came or went. A station's merge is made again
+    /// when one of its own clients comes or goes; a follower's client is added to (or taken from)
+    /// its station's merge alone, so that thousands of followers connecting cost each the same.
+    static func regroup(_ id: SessionID, changed subscriber: Subscriber, added: Bool, in state: inout State) {
         guard state.entries[id] != nil else { return }
         regroup(&state.entries[id]!)
         if !state.entries[id]!.followers.isEmpty { mergeFollowers(of: id, in: &state) }
-        if let station = state.entries[id]!.station { mergeFollowers(of: station, in: &state) }
+        guard let station = state.entries[id]!.station, state.entries[station] != nil else { return }
+        switch subscriber.output {
+        case .sink(let sink):
+            if added { fanAdd(sink, to: &state.entries[station]!) } else { fanRemove(sink, from: &state.entries[station]!) }
+        case .stream:
+            let streams = state.entries[id]!.subscribers.values.contains { if case .stream = $0.output { true } else { false } }
+            state.entries[station]!.streamFollowers.removeAll { $0 == id }
+            if streams { state.entries[station]!.streamFollowers.append(id) }
+        case .fed:
+            break
+        }
+    }
+
+    /// Adds a follower's sink to its station's merged groups (made from the station's own first,
+    /// if they were empty).
+    static func fanAdd(_ sink: any ClientSink, to station: inout Entry) {
+        if station.fanLoops.isEmpty { station.fanLoops = station.loops }
+        let kind = ObjectIdentifier(type(of: sink))
+        if let index = station.fanLoops.firstIndex(where: { $0.loop === sink.eventLoop && ObjectIdentifier(type(of: $0.sinks[0])) == kind }) {
+            station.fanLoops[index].sinks.append(sink)
+        } else {
+            station.fanLoops.append(LoopGroup(loop: sink.eventLoop, sinks: [sink]))
+        }
+    }
+
+    static func fanRemove(_ sink: any ClientSink, from station: inout Entry) {
+        for index in station.fanLoops.indices {
+            guard let at = station.fanLoops[index].sinks.firstIndex(where: { $0 === sink }) else { continue }
+            station.fanLoops[index].sinks.remove(at: at)
+            if station.fanLoops[index].sinks.isEmpty { station.fanLoops.remove(at: index) }
+            return
+        }
     }
 
     /// The station's own sink groups and its followers', merged by event loop and kind.

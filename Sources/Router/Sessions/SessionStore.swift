@@ -149,7 +149,7 @@ package final class SessionStore: Sendable {
             }
             state.entries[id]?.lastSeen = .now
             guard let removed = state.entries[id]?.subscribers.removeValue(forKey: token) else { return nil }
-            Self.regroup(id, in: &state)
+            Self.regroup(id, changed: removed, added: false, in: &state)
             return removed
         }
         if case .stream(let continuation) = subscriber?.output { continuation.finish() }
@@ -219,7 +219,7 @@ package final class SessionStore: Sendable {
             let token = state.nextToken
             state.nextToken += 1
             state.entries[id, default: Entry()].subscribers[token] = subscriber
-            Self.regroup(id, in: &state)
+            Self.regroup(id, changed: subscriber, added: true, in: &state)
             // Under the lock: a frame published after this reaches the client after these.
             if let catchUp = state.entries[id]?.catchUp, !catchUp.frames.isEmpty, catchUp.until > .now {
                 switch subscriber.output {
@@ -243,7 +243,7 @@ package final class SessionStore: Sendable {
         let subscriber = state.withLock { state -> Subscriber? in
             state.entries[id]?.lastSeen = .now
             guard let removed = state.entries[id]?.subscribers.removeValue(forKey: token) else { return nil }
-            Self.regroup(id, in: &state)
+            Self.regroup(id, changed: removed, added: false, in: &state)
             return removed
         }
         if case .stream(let continuation) = subscriber?.output { continuation.finish() }
@@ -331,7 +331,8 @@ package final class SessionStore: Sendable {
             for follower in state.entries[id]!.streamFollowers where state.entries[follower] != nil {
                 deliver(message, event: event, to: &state.entries[follower]!, counters: &state.counters, slow: &slow)
             }
-            return state.entries[id]!.fanLoops
+            // Empty until a follower's sink came (then the station's own groups and theirs).
+            return state.entries[id]!.fanLoops.isEmpty ? state.entries[id]!.loops : state.entries[id]!.fanLoops
         }
         Self.fanOut(message, audio: event == nil, to: loops)
         for (subscriber, reason) in slow {
