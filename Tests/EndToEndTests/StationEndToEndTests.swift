@@ -67,7 +67,7 @@ import Testing
         let followedFollows = try await cluster.call(.POST, "/api/sessions/radio/follow", #"{"station":"bystander"}"#)
         #expect(followedFollows.status == 409 && Self.code(followedFollows.json) == "session_followed", "\(followedFollows)")
         let itself = try await cluster.call(.POST, "/api/sessions/guild-c/follow", #"{"station":"guild-c"}"#)
-        #expect(itself.status == 400 && Self.code(itself.json) == "invalid_station", "\(itself)")
+        #expect(itself.status == 409 && Self.code(itself.json) == "follows_itself", "\(itself)")
         for bad in [#"{}"#, #"{"station":""}"#, #"{"station":"a b"}"#, #"{"station":"0123456789012345678901234"}"#, #"{"station":7}"#] {
             let refused = try await cluster.call(.POST, "/api/sessions/guild-c/follow", bad)
             #expect(refused.status == 400, "\(bad): \(refused)")

@@ -17,7 +17,8 @@ extension SessionStore {
     func follow(_ id: SessionID, station: SessionID) throws(APIError) {
         let refusal = state.withLock { state -> APIError? in
             if id == station {
-                return .badRequest("invalid_station", "a session cannot follow itself")
+                // Well formed (the id is valid), but not a station for this session: a conflict.
+                return APIError(status: .conflict, code: "follows_itself", message: "a session cannot follow itself")
             }
             if let further = state.entries[station]?.station {
                 return APIError(
