@@ -72,7 +72,7 @@ func queueInput(_ command: SessionCommand, queue: SessionQueue, shuffles: inout 
     case .shuffle:
         shuffles &+= 1
         return .shuffle(seed: shuffles)
-    case .seek, .volume, .filters, .normalize, .cue, .crossfade: return nil
+    case .seek, .volume, .filters, .normalize, .cue, .crossfade, .follow, .unfollow: return nil
     }
 }
 
