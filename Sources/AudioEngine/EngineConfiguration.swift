@@ -42,7 +42,7 @@ package struct EngineConfiguration: Sendable {
     /// The share of its cores the engine may use for its sessions, in per cent: a play that
     /// would take it past is refused (`503 engine_full`), and transcoding sessions step down in
     /// complexity as it is approached. 0 turns both off.
-    package var cpuBudgetPercent = 75
+    package var cpuBudgetPercent: Double = 75
     /// The lowest complexity transcoding sessions step down to under load (at least 0, at most
     /// the configured `TONEARM_COMPLEXITY`, which is where they start and come back to).
     var minimumComplexity: Int32 = 5
@@ -64,7 +64,7 @@ package struct EngineConfiguration: Sendable {
             playback.encoder.bitrate = Int32(try Self.int(value, "TONEARM_BITRATE", 6_000...510_000))
         }
         if let value = environment["TONEARM_CPU_BUDGET"] {
-            cpuBudgetPercent = try Self.int(value, "TONEARM_CPU_BUDGET", 0...100)
+            cpuBudgetPercent = try Self.number(value, "TONEARM_CPU_BUDGET", 0...100)
         }
         if let value = environment["TONEARM_MIN_COMPLEXITY"] {
             minimumComplexity = Int32(try Self.int(value, "TONEARM_MIN_COMPLEXITY", 0...10))
@@ -145,6 +145,13 @@ package struct EngineConfiguration: Sendable {
 
     static func bool(_ text: String, _ name: String) throws -> Bool {
         guard let value = SettingText.bool(text) else { throw ConfigurationError(message: SettingText.notABool(name, text)) }
+        return value
+    }
+
+    static func number(_ text: String, _ name: String, _ range: ClosedRange<Double>) throws -> Double {
+        guard let value = Double(text), value.isFinite, range.contains(value) else {
+            throw ConfigurationError(message: "\(name)=\(text) is not a number in \(Int(range.lowerBound))...\(Int(range.upperBound))")
+        }
         return value
     }
 

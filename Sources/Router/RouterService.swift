@@ -55,6 +55,7 @@ package enum RouterService {
                 }
             }
             await directory.onRelease { id in await member.released(id) }
+            await directory.onFull { id, snapshot in await member.moveForRoom(id, snapshot) }
         }
         let (events, eventSink) = AsyncStream<WireEvent>.makeStream()
         store.forwardEvents(to: eventSink)

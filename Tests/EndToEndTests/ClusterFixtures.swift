@@ -175,7 +175,7 @@ final class PairCluster: @unchecked Sendable {
     init(
         count: Int = 3, lease: Double = 3, tones: [Int] = [440, 550, 660, 770, 880, 990], toneSeconds: Double = 120,
         noise: [Int] = [], noiseSeconds: Int = 120, noiseChannels: Int = 2, namespace: NetworkNamespace? = nil,
-        network: BridgedNetwork? = nil, environment: [String: String] = [:]
+        network: BridgedNetwork? = nil, environment: [String: String] = [:], pairEnvironment: [Int: [String: String]] = [:]
     ) throws {
         self.namespace = namespace
         self.network = network
@@ -193,7 +193,8 @@ final class PairCluster: @unchecked Sendable {
                     "TONEARM_DATABASE_URL": database, "TONEARM_PAIR_ID": "pair-\(index)",
                     "TONEARM_PAIR_ADDRESS": "http://\(host):\(routerPort)", "TONEARM_CLUSTER_LEASE": "\(lease)",
                     "TONEARM_NORMALIZE": "false", "TONEARM_HANDOVER_GRACE": "5",
-                ].merging(environment) { _, extra in extra }, routerPort: routerPort, host: host)
+                ].merging(environment) { _, extra in extra }.merging(pairEnvironment[index] ?? [:]) { _, extra in extra },
+                routerPort: routerPort, host: host)
             if let launcher = network?.hosts[index].launcher ?? (index == 0 ? namespace?.launcher : nil) {
                 pair.routerLauncher = launcher
                 pair.engineLauncher = launcher

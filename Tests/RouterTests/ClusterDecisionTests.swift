@@ -39,6 +39,24 @@ import WireProtocol
         #expect(LoadScore.best(of: [full, alsoFull], for: "guild")?.id == "full")
     }
 
+    /// A play this pair's engine refused as full goes to the least loaded other pair whose engine
+    /// takes plays and whose heartbeats are steady; to none when no such pair is left (the
+    /// refusal stands), never back to this pair.
+    @Test func aPlayRefusedAsFullGoesOnlyToAPairWithRoom() throws {
+        let id = try SessionID("guild")
+        var me = pair("me")
+        me.admitting = false
+        var full = pair("full")
+        full.admitting = false
+        var unsteady = pair("unsteady")
+        unsteady.steady = false
+        let others = [full, unsteady, pair("draining", draining: true), pair("capped", sessions: 3, max: 3)]
+        #expect(ClusterMachine.room(for: id, among: [me] + others, me: "me") == nil)
+        #expect(ClusterMachine.room(for: id, among: [me] + others + [pair("busy", sessions: 9), pair("roomy", sessions: 2)], me: "me")?.id == "roomy")
+        // This pair, although its report still says it admits (the report is a round old).
+        #expect(ClusterMachine.room(for: id, among: [pair("me")], me: "me") == nil)
+    }
+
     /// A pair that came back (or joined) gets half the difference from a pair with more, a few at
     /// a time, never sessions just taken over, never past its room; a difference of one moves
     /// nothing (it would only bounce back).

@@ -3,6 +3,7 @@
 // time (the time is given with each input).
 import EngineAPI
 import Foundation
+import HTTPTypes
 import ServiceSupport
 import Testing
 import WireProtocol
@@ -32,6 +33,7 @@ import WireProtocol
                 case .success: "answer \(request)"
                 case .failure(let error): "refuse \(request) \(error.code)"
                 }
+            case .seekRoom(_, let error, let snapshot): "seek room (\(error.code)) at \(snapshot.positionMS)"
             }
         }
     }
@@ -97,6 +99,37 @@ import WireProtocol
             .answered(play, .failure(APIError.unprocessable("source_not_found", "no such file"))), now: start)
         #expect(describe(refused).last == "refuse 1 source_not_found")
         #expect(machine.view(at: start).status == "idle")
+    }
+
+    /// A cluster's pair whose engine refuses a play as full looks for a pair with room, the
+    /// session stopped at that track and position. Found: the caller is answered (it hears the
+    /// play start there). Not found: the refusal stands as alone. Other refusals never move it.
+    @Test func aPlayRefusedAsFullSeeksAPairWithRoomFirst() throws {
+        let full = APIError(status: .serviceUnavailable, code: "engine_full", message: "full")
+        for moved in [true, false] {
+            var machine = SessionMachine(id: id, snapshot: SessionSnapshot(), now: start)
+            machine.movesForRoom = true
+            _ = machine.handle(.command(.play(url: "a.mp3"), request: 1, shuffleSeed: 0), now: start)
+            let play = try #require(calls(machine.handle(.resolved(lookup: 1, .success(Resolution(url: "a.mp3"))), now: start)).first)
+            let seeking = machine.handle(.answered(play, .failure(full)), now: start + .seconds(2))
+            #expect(describe(seeking) == ["seek room (engine_full) at 0"])
+            guard case .seekRoom(_, _, let snapshot)? = seeking.first else { continue }
+            // What the pair with room is given resumes that track from its start there.
+            let (there, resume) = snapshot.movedToAnotherPair()
+            #expect(resume && there.queue.currentTrack?.url == "a.mp3" && there.positionMS == 0)
+            let answer = machine.handle(.roomSought(play, full, moved: moved), now: start + .seconds(2))
+            #expect(describe(answer).last == (moved ? "answer 1" : "refuse 1 engine_full"), "moved: \(moved)")
+        }
+        var alone = SessionMachine(id: id, snapshot: SessionSnapshot(), now: start)
+        _ = alone.handle(.command(.play(url: "a.mp3"), request: 1, shuffleSeed: 0), now: start)
+        let play = try #require(calls(alone.handle(.resolved(lookup: 1, .success(Resolution(url: "a.mp3"))), now: start)).first)
+        #expect(describe(alone.handle(.answered(play, .failure(full)), now: start)).last == "refuse 1 engine_full")
+        var clustered = SessionMachine(id: id, snapshot: SessionSnapshot(), now: start)
+        clustered.movesForRoom = true
+        _ = clustered.handle(.command(.play(url: "gone.mp3"), request: 1, shuffleSeed: 0), now: start)
+        let other = try #require(calls(clustered.handle(.resolved(lookup: 1, .success(Resolution(url: "gone.mp3"))), now: start)).first)
+        let missing = APIError.unprocessable("source_not_found", "no such file")
+        #expect(describe(clustered.handle(.answered(other, .failure(missing)), now: start)).last == "refuse 1 source_not_found")
     }
 
     /// The next track is asked for once the play's id is known and it plays; when the engine

@@ -34,7 +34,7 @@ extension EngineConfiguration {
         guard cpuBudgetPercent > 0 else { return nil }
         let configured = playback.encoder.complexity
         return LoadGovernor.Settings(
-            budgetCores: ResourceUsage.availableCores() * Double(cpuBudgetPercent) / 100,
+            budgetCores: ResourceUsage.availableCores() * cpuBudgetPercent / 100,
             ladder: LoadGovernor.Settings.ladder(from: configured, downTo: min(minimumComplexity, configured)),
             transcodePrior: LoadGovernor.Settings.calibratedTranscodeCost(complexity: configured))
     }

@@ -57,6 +57,13 @@ extension ClusterMachine {
         return assignments
     }
 
+    /// Where a session goes whose play this pair's engine refused as full: the steady pair with
+    /// the lowest load score among those whose engines take plays (not draining, below their
+    /// session cap); nil when no other pair has room, and the refusal stands.
+    static func room(for id: SessionID, among pairs: [ClusterDatabase.Pair], me: String) -> ClusterDatabase.Pair? {
+        LoadScore.best(of: pairs.filter { $0.id != me && $0.admitting && $0.steady }, for: id.description)
+    }
+
     // MARK: Rebalancing
 
     /// A pair that owns at least `rebalanceMargin` more sessions than the least loaded other pair

@@ -50,6 +50,35 @@ extension ClusterMember {
         return total
     }
 
+    /// This pair's engine refused a play of `id` as full: the session goes, as `snapshot` (its
+    /// queue at the track and position the play was for), to a pair with room
+    /// (`ClusterMachine.room`), which takes it on at its next round, or when one of the
+    /// session's clients reaches it, and plays it from there as after a failover. The clients
+    /// here are moved once the caller has had its answer (`handOverEnd`). Answers false, the
+    /// session staying here, when no pair has room or the database does not answer.
+    func moveForRoom(_ id: SessionID, _ snapshot: SessionSnapshot) async -> Bool {
+        guard let ownership = machine.withLock({ $0.owned[id] }),
+            let pairs = try? await database.livePairs(within: settings.pairTimeout, steadyFor: settings.lease),
+            let target = ClusterMachine.room(for: id, among: pairs, me: settings.pairID),
+            let json = try? JSONCoding.encoder.encode(snapshot),
+            let epoch = try? await database.transfer(
+                id, epoch: ownership.epoch, to: target.id, lease: settings.lease, snapshot: String(decoding: json, as: UTF8.self))
+        else { return false }
+        machine.withLock { _ = $0.remove(id, at: .now) }
+        await pushFence()
+        logger.notice(
+            "this pair's engine is full: a session's play went to a pair with room",
+            metadata: ["session.id": "\(id)", "to": "\(target.id)", "epoch": "\(epoch)", "position.ms": "\(snapshot.positionMS)"])
+        if let directory {
+            await directory.detach(id)
+            Task {
+                try? await Task.sleep(for: Self.handOverEnd)
+                await directory.finishHandOver(id)
+            }
+        }
+        return true
+    }
+
     /// Sessions given to other pairs at a moment still to come, and those let go instead.
     struct Moves: Sendable {
         var ids: [SessionID] = []

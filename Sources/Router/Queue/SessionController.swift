@@ -43,6 +43,7 @@ actor SessionController {
     ) {
         self.id = id
         machine = SessionMachine(id: id, snapshot: snapshot, now: .now)
+        machine.movesForRoom = sink.seekRoom != nil
         self.engine = engine
         self.sink = sink
         self.shuffleSeed = shuffleSeed
@@ -118,7 +119,10 @@ actor SessionController {
     func handle(_ event: WireEvent) -> PendingPlay? {
         var calls: [SessionMachine.Action] = []
         for action in machine.handle(.event(event), now: .now) {
-            if case .call = action { calls.append(action) } else { carryOutAtOnce(action) }
+            switch action {
+            case .call, .seekRoom: calls.append(action)
+            default: carryOutAtOnce(action)
+            }
         }
         return calls.isEmpty ? nil : PendingPlay(actions: calls)
     }
@@ -130,16 +134,20 @@ actor SessionController {
 
     // MARK: Carrying actions out
 
-    /// Carries `actions` out in order: an engine call is awaited and its answer handed back to
-    /// the machine before the next.
+    /// Carries `actions` out in order: an engine call (or the search for a pair with room) is
+    /// awaited and its answer handed back to the machine before the next.
     private func carryOut(_ actions: [SessionMachine.Action]) async {
         for action in actions {
-            guard case .call(let call) = action else {
+            switch action {
+            case .call(let call):
+                let answer = await self.answer(call)
+                await carryOut(machine.handle(.answered(call, answer), now: .now))
+            case .seekRoom(let call, let error, let snapshot):
+                let moved = await sink.seekRoom?(id, snapshot) ?? false
+                await carryOut(machine.handle(.roomSought(call, error, moved: moved), now: .now))
+            default:
                 carryOutAtOnce(action)
-                continue
             }
-            let answer = await self.answer(call)
-            await carryOut(machine.handle(.answered(call, answer), now: .now))
         }
     }
 
@@ -166,7 +174,7 @@ actor SessionController {
             }
         case .callOff(let lookup):
             resolving.removeValue(forKey: lookup)?.fire()
-        case .call:
+        case .call, .seekRoom:
             assertionFailure("an engine call is awaited, not carried out at once")
         }
     }

@@ -94,6 +94,10 @@ extension SessionMachine {
             startsInFlight -= 1
             guard case .success(let answer) = result, let playID = answer else {
                 let error = if case .failure(let error) = result { error } else { APIError.internalError }
+                // A full engine in a cluster: the session may play on a pair with room instead.
+                if movesForRoom, error.code == "engine_full", snapshot.queue.generation == generation {
+                    return step.actions.append(.seekRoom(call, error, checkpoint(at: step.now)))
+                }
                 // The engine refused: nothing plays now. Stop here rather than try every track.
                 return carry(queue(.finished(generation: generation, reason: .other), &step), .refused(call.origin, error), &step)
             }
@@ -119,6 +123,14 @@ extension SessionMachine {
             }
             nextRound(&step)
         }
+    }
+
+    /// The runner's answer to `.seekRoom`. Moved: the session plays on the other pair, and the
+    /// caller of `call` hears it start there. Not moved (no pair has room): the refusal stands.
+    mutating func roomSought(_ call: Call, _ error: APIError, moved: Bool, _ step: inout Step) {
+        guard case .play(_, _, _, _, _, _, _, let generation) = call.kind else { return }
+        if moved { return complete(call.origin, .success(()), &step) }
+        carry(queue(.finished(generation: generation, reason: .other), &step), .refused(call.origin, error), &step)
     }
 
     /// What an accepted control leads to.

@@ -31,6 +31,9 @@ struct SessionMachine: Sendable {
         case resolved(lookup: UInt64, Result<Resolution, APIError>)
         /// `request`'s caller is answered now, its URL still resolving.
         case answerEarly(request: UInt64)
+        /// Whether the session went to a pair with room after this engine refused `call`'s play
+        /// as full (`seekRoom`).
+        case roomSought(Call, APIError, moved: Bool)
     }
 
     enum Action: Sendable {
@@ -43,6 +46,10 @@ struct SessionMachine: Sendable {
         case persist(SessionSnapshot)
         /// `request`'s caller gets its answer: the state as it is then, or the error.
         case finish(request: UInt64, Result<Void, APIError>)
+        /// This engine refused `call`'s play as full: the session, as `snapshot` (stopped at the
+        /// track and position the play was for), is to go to a pair of the cluster with room,
+        /// which plays it from there; `.roomSought` says whether it went.
+        case seekRoom(Call, APIError, SessionSnapshot)
     }
 
     /// An engine call and what its answer continues.
@@ -101,6 +108,8 @@ struct SessionMachine: Sendable {
     /// The `play` and `queue` commands whose URL is resolving.
     private var resolving = ResolvingMachine()
     var next = NextAsk()
+    /// A pair of a cluster: a play its engine refuses as full goes to a pair with room instead.
+    var movesForRoom = false
 
     /// The most tracks a queue holds; a playlist fills what room is left.
     static let maxQueueLength = 1_000
@@ -172,6 +181,8 @@ struct SessionMachine: Sendable {
             guard resolving.answerEarly(request: request) else { break }
             changed(&step)
             askForNext(for: request, &step)
+        case .roomSought(let call, let error, let moved):
+            roomSought(call, error, moved: moved, &step)
         }
         return step.actions
     }

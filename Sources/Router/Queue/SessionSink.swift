@@ -15,4 +15,7 @@ struct SessionSink: Sendable {
     var spawn: @Sendable (CancellationSignal, @escaping @Sendable () async -> Void) -> Void = { owner, job in
         Task { try? await owner.run(job) }
     }
+    /// A cluster's pair (nil alone): gives a session whose play this engine refused as full to a
+    /// pair with room, as the snapshot given; answers whether it did.
+    var seekRoom: (@Sendable (SessionID, SessionSnapshot) async -> Bool)?
 }

@@ -43,6 +43,11 @@ actor SessionDirectory {
 
     func onRelease(_ body: @escaping @Sendable (SessionID) async -> Void) { onRelease = body }
 
+    /// Asked for a session whose play this pair's engine refused as full (a cluster's pair).
+    private var roomElsewhere: (@Sendable (SessionID, SessionSnapshot) async -> Bool)?
+
+    func onFull(_ body: @escaping @Sendable (SessionID, SessionSnapshot) async -> Bool) { roomElsewhere = body }
+
     init(
         store: SessionStore, engine: any EngineControl, database: (any SessionStorage)?, writer: PersistenceWriter?,
         background: BackgroundTasks? = nil, logger: Logger, browserPlays: Int? = nil, normalizeByDefault: Bool = true,
@@ -64,6 +69,7 @@ actor SessionDirectory {
             broadcast: { [store] id, json in store.broadcast(id, json) },
             persist: { [writer] id, snapshot in writer?.save(id, snapshot) })
         if let background { sink.spawn = { owner, job in background.spawn(owner: owner, job) } }
+        sink.seekRoom = roomElsewhere
         return sink
     }
 
