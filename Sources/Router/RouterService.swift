@@ -40,6 +40,8 @@ package enum RouterService {
             store: store, engine: engine, database: database, writer: writer, background: background, logger: logger,
             browserPlays: configuration.browserPlays, normalizeByDefault: configuration.normalizeByDefault,
             clustered: configuration.cluster != nil)
+        // Before any controller is made: each reads it once.
+        if let member { await directory.onFull { id, snapshot in await member.moveForRoom(id, snapshot) } }
         await directory.restore()
         if let member {
             member.attach(directory)
@@ -55,7 +57,6 @@ package enum RouterService {
                 }
             }
             await directory.onRelease { id in await member.released(id) }
-            await directory.onFull { id, snapshot in await member.moveForRoom(id, snapshot) }
         }
         let (events, eventSink) = AsyncStream<WireEvent>.makeStream()
         store.forwardEvents(to: eventSink)

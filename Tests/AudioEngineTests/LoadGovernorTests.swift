@@ -34,6 +34,36 @@ import Testing
         #expect(governor.admission(transcoding: 160, passthrough: 1_000) == .refuse(retryAfterSeconds: 5))
     }
 
+    /// A layer counts as a fifth of a transcoding session (its decode and mix, no encode), and
+    /// one over a passed-through play makes that play transcode: each is refused, or taken
+    /// lower, where it would not fit. What a session costs is learned with its layers counted.
+    @Test func layersCountAgainstTheBudget() {
+        var governor = LoadGovernor(settings: Self.settings)
+        // 0.01 + (141 + 40 × 0.2) × 0.01 = 1.50 fits; 45 layers do not.
+        #expect(governor.admission(transcoding: 140, passthrough: 0, layers: 40) == .admit)
+        #expect(governor.admission(transcoding: 140, passthrough: 0, layers: 45) == .admitStepDown(to: 1))
+        // A layer where one more play would not fit: 148.2 sessions' worth fits, 149.2 does not.
+        #expect(governor.admission(transcoding: 148, passthrough: 0, adding: .layer(overPassthrough: false)) == .admit)
+        #expect(governor.admission(transcoding: 149, passthrough: 0, adding: .layer(overPassthrough: false)) == .admitStepDown(to: 1))
+        // Over a passed-through play it costs that play's whole encode.
+        #expect(governor.admission(transcoding: 148, passthrough: 10, adding: .layer(overPassthrough: false)) == .admit)
+        #expect(governor.admission(transcoding: 148, passthrough: 10, adding: .layer(overPassthrough: true)) == .admitStepDown(to: 1))
+        #expect(governor.admission(transcoding: 194, passthrough: 0, layers: 1, adding: .layer(overPassthrough: false)) == .refuse(retryAfterSeconds: 5))
+        #expect(governor.headroom(transcoding: 150, passthrough: 0, layers: 10) == 41)
+        // 80 sessions with 40 layers over them at 1.02 cores: 1.01 over the engine's own 0.01, 88 sessions' worth.
+        for second in 0..<20 {
+            var sample = Self.sample(at: Double(second), cpu: 1.02, transcoding: 80)
+            (sample.layers, sample.layersBefore) = (40, 40)
+            _ = governor.observe(sample)
+        }
+        #expect(abs(governor.transcodeCost(at: 10) - 1.01 / 88) < 0.0002)
+        // A second in which layers began teaches nothing.
+        var starting = Self.sample(at: 20, cpu: 1.5, transcoding: 80)
+        (starting.layers, starting.layersBefore) = (80, 40)
+        _ = governor.observe(starting)
+        #expect(abs(governor.transcodeCost(at: 10) - 1.01 / 88) < 0.0002)
+    }
+
     @Test func withoutABudgetEveryPlayIsTaken() {
         let governor = LoadGovernor(settings: .init(budgetCores: 0, ladder: [10], transcodePrior: 0.01))
         #expect(governor.admission(transcoding: 100_000, passthrough: 0) == .admit)

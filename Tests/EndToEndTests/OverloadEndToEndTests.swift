@@ -71,6 +71,25 @@ import TestSupport
         #expect(routed.status == 503 && error?["code"] as? String == "engine_full", "\(routed)")
         #expect((error?["message"] as? String)?.contains("try again") == true, "\(routed)")
 
+        // Layers count too (a fifth of a session each): laid over the admitted plays, one is
+        // refused before the plays' four layers each run out, saying it is a layer.
+        var layerRefusal: (status: Int, body: String)?
+        var layered = 0
+        layering: for _ in 0..<4 {  // a play carries at most four layers
+            for index in 0..<admitted {
+                let (status, body) = try curl(cluster.engineURL + "/session/load-\(index)/layers", body: #"{"url":"tone-440.mp3"}"#)
+                if (200..<300).contains(status) {
+                    layered += 1
+                    continue
+                }
+                layerRefusal = (status, body)
+                break layering
+            }
+        }
+        let refusedLayer = try #require(layerRefusal, "\(layered) layers were all taken over \(admitted) plays at the budget")
+        #expect(refusedLayer.status == 503 && refusedLayer.body.contains("engine_full") && refusedLayer.body.contains("layer"), "\(refusedLayer)")
+        print("overload: \(layered) layers taken over \(admitted) plays at the budget, then \(refusedLayer.status)")
+
         // Room again once two stop.
         for index in 0..<2 { _ = try curl(cluster.engineURL + "/session/load-\(index)/stop", body: "{}") }
         #expect(try await play("after-stop").status == 202)

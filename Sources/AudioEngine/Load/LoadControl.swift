@@ -39,11 +39,13 @@ final class LoadControl: Sendable {
         LoadControl(settings: .init(budgetCores: 0, ladder: [render.complexity], transcodePrior: 0), render: render)
     }
 
-    /// Takes one more play beside `transcoding` and `passthrough` others, or refuses it with
-    /// `503 engine_full`; a play that fits only lower takes the steps down now.
-    func admit(transcoding: Int, passthrough: Int, now: Double) throws(APIError) {
+    /// Takes one more play (or layer) beside `transcoding` and `passthrough` plays and `layers`,
+    /// or refuses it with `503 engine_full`; one that fits only lower takes the steps down now.
+    func admit(
+        transcoding: Int, passthrough: Int, layers: Int = 0, adding: LoadGovernor.Addition = .play, now: Double
+    ) throws(APIError) {
         let (decision, change, complexity) = governor.withLock { governor in
-            let decision = governor.admission(transcoding: transcoding, passthrough: passthrough)
+            let decision = governor.admission(transcoding: transcoding, passthrough: passthrough, layers: layers, adding: adding)
             var change: LoadGovernor.Change?
             if case .admitStepDown(let lower) = decision { change = governor.stepDown(to: lower, at: now) }
             return (decision, change, governor.lowestComplexity)
@@ -54,8 +56,9 @@ final class LoadControl: Sendable {
         metrics?.admissionRefusals.increment()
         throw APIError(
             status: .serviceUnavailable, code: "engine_full",
-            message: "the audio engine is at its CPU budget: \(transcoding) sessions transcode, even at Opus complexity "
-                + "\(complexity) one more would make every session late; try again later or on another engine",
+            message: "the audio engine is at its CPU budget: \(transcoding) sessions transcode with \(layers) layers, even at "
+                + "Opus complexity \(complexity) one more \(adding == .play ? "play" : "layer") would make every session late; "
+                + "try again later or on another engine",
             retryAfterSeconds: retryAfter)
     }
 
@@ -83,15 +86,15 @@ final class LoadControl: Sendable {
     }
 
     /// The report, with the live counts.
-    func report(transcoding: Int, passthrough: Int) -> LoadReport {
+    func report(transcoding: Int, passthrough: Int, layers: Int = 0) -> LoadReport {
         let (governor, minute) = (governor.withLock { $0 }, minute.withLock { $0 })
         let admitting: Bool
-        if case .refuse = governor.admission(transcoding: transcoding, passthrough: passthrough) {
+        if case .refuse = governor.admission(transcoding: transcoding, passthrough: passthrough, layers: layers) {
             admitting = false
         } else {
             admitting = true
         }
-        let headroom = governor.headroom(transcoding: transcoding, passthrough: passthrough)
+        let headroom = governor.headroom(transcoding: transcoding, passthrough: passthrough, layers: layers)
         return LoadReport(
             budgetCores: governor.settings.budgetCores, cpuCores: governor.last?.cpu ?? 0, transcoding: transcoding,
             passthrough: passthrough, headroomSessions: min(headroom, 1_000_000), complexity: Int(governor.complexity),

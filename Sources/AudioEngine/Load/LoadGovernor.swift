@@ -43,6 +43,9 @@ package struct LoadGovernor: Sendable {
         var late: UInt64
         /// Frames sent by transcoding sessions over the second.
         var transcodedFrames: UInt64
+        /// Layers mixed into those plays, now and at the start of the second.
+        var layers = 0
+        var layersBefore = 0
     }
 
     /// What the governor answers to one more play.
@@ -67,6 +70,11 @@ package struct LoadGovernor: Sendable {
     static let relativeCost: [Int32: Double] = [
         10: 1.0, 9: 1.0, 8: 1.0, 7: 0.89, 6: 0.80, 5: 0.77, 4: 0.72, 3: 0.71, 2: 0.73, 1: 0.68, 0: 0.60,
     ]
+
+    /// What a layer costs beside its play, as a share of a transcoding session: its own decode,
+    /// resampler and the mix, no encode (13–20 % over the session alone, docs/benchmarks.md
+    /// "Layers and cue points"; the higher figure).
+    static let layerShare = 0.2
 
     let settings: Settings
     /// Where on the ladder transcoding sessions are now.
@@ -99,29 +107,52 @@ package struct LoadGovernor: Sendable {
         return settings.transcodePrior * relative
     }
 
-    /// What the engine's sessions would cost with `transcoding` and `passthrough` plays at `complexity`.
-    func predicted(transcoding: Int, passthrough: Int, at complexity: Int32) -> Double {
-        baseCost + Double(passthrough) * passthroughCost + Double(transcoding) * transcodeCost(at: complexity)
+    /// What the engine's sessions would cost with `transcoding` and `passthrough` plays and
+    /// `layers` over them at `complexity`.
+    func predicted(transcoding: Int, passthrough: Int, layers: Int = 0, at complexity: Int32) -> Double {
+        baseCost + Double(passthrough) * passthroughCost + Self.units(transcoding, layers) * transcodeCost(at: complexity)
     }
 
-    /// Whether one more play fits beside `transcoding` and `passthrough` (live counts; a play
-    /// not yet open counts as transcoding). A new play is taken to transcode until it is open.
-    func admission(transcoding: Int, passthrough: Int) -> Admission {
+    /// Transcoding sessions and layers in transcoding sessions' worth.
+    static func units(_ transcoding: Int, _ layers: Int) -> Double { Double(transcoding) + Double(layers) * layerShare }
+
+    /// Whether one more play (or layer) fits beside `transcoding` and `passthrough` plays and
+    /// `layers` (live counts; a play not yet open counts as transcoding). A new play is taken to
+    /// transcode until it is open.
+    func admission(transcoding: Int, passthrough: Int, layers: Int = 0, adding: Addition = .play) -> Admission {
         guard settings.enabled else { return .admit }
-        if predicted(transcoding: transcoding + 1, passthrough: passthrough, at: complexity) <= settings.budgetCores {
+        let (transcoding, passthrough, layers) = adding.counts(transcoding, passthrough, layers)
+        if predicted(transcoding: transcoding, passthrough: passthrough, layers: layers, at: complexity) <= settings.budgetCores {
             return .admit
         }
         for lower in settings.ladder.indices.dropFirst(step + 1)
-        where predicted(transcoding: transcoding + 1, passthrough: passthrough, at: settings.ladder[lower]) <= settings.budgetCores {
+        where predicted(transcoding: transcoding, passthrough: passthrough, layers: layers, at: settings.ladder[lower])
+            <= settings.budgetCores
+        {
             return .admitStepDown(to: lower)
         }
         return .refuse(retryAfterSeconds: 5)
     }
 
+    /// What is asked to fit: a play (taken to transcode until it is open), or a layer over a
+    /// transcoding play or over a passed-through one (which then transcodes while it lasts).
+    package enum Addition: Sendable, Equatable {
+        case play
+        case layer(overPassthrough: Bool)
+
+        func counts(_ transcoding: Int, _ passthrough: Int, _ layers: Int) -> (Int, Int, Int) {
+            switch self {
+            case .play: (transcoding + 1, passthrough, layers)
+            case .layer(let overPassthrough):
+                overPassthrough && passthrough > 0 ? (transcoding + 1, passthrough - 1, layers + 1) : (transcoding, passthrough, layers + 1)
+            }
+        }
+    }
+
     /// How many more transcoding plays fit now, at the lowest complexity allowed.
-    func headroom(transcoding: Int, passthrough: Int) -> Int {
+    func headroom(transcoding: Int, passthrough: Int, layers: Int = 0) -> Int {
         guard settings.enabled else { return Int.max }
-        let free = settings.budgetCores - predicted(transcoding: transcoding, passthrough: passthrough, at: lowestComplexity)
+        let free = settings.budgetCores - predicted(transcoding: transcoding, passthrough: passthrough, layers: layers, at: lowestComplexity)
         let each = transcodeCost(at: lowestComplexity)
         guard free > 0, each > 0 else { return 0 }
         return Int(min(free / each, Double(Int32.max)))
@@ -153,7 +184,7 @@ package struct LoadGovernor: Sendable {
         guard step > 0, sample.at - pressureAt >= settings.stepUpSeconds, sample.at - changedAt >= settings.stepUpSeconds
         else { return nil }
         let above = settings.ladder[step - 1]
-        let then = predicted(transcoding: sample.transcoding, passthrough: sample.passthrough, at: above)
+        let then = predicted(transcoding: sample.transcoding, passthrough: sample.passthrough, layers: sample.layers, at: above)
         guard then <= 0.9 * settings.budgetCores, Double(sample.tight) <= 0.005 * Double(framesDue) else { return nil }
         step -= 1
         changedAt = sample.at
@@ -163,7 +194,9 @@ package struct LoadGovernor: Sendable {
     /// Updates the cost estimates from a steady second: the engine alone when nothing plays,
     /// passed-through sessions when only they play, transcoding ones from what is left.
     private mutating func learn(from sample: Sample) {
-        let steady = sample.transcoding == sample.transcodingBefore && sample.passthrough == sample.passthroughBefore
+        let steady =
+            sample.transcoding == sample.transcodingBefore && sample.passthrough == sample.passthroughBefore
+            && sample.layers == sample.layersBefore
         guard steady, sample.cpu.isFinite, sample.cpu >= 0 else { return }
         if sample.transcoding == 0 && sample.passthrough == 0 {
             baseCost = Self.blend(baseCost, sample.cpu)
@@ -171,7 +204,7 @@ package struct LoadGovernor: Sendable {
             passthroughCost = Self.blend(passthroughCost, max(sample.cpu - baseCost, 0) / Double(sample.passthrough))
         } else if sample.transcoding >= 4 {
             let rest = sample.cpu - baseCost - Double(sample.passthrough) * passthroughCost
-            let each = max(rest, 0) / Double(sample.transcoding)
+            let each = max(rest, 0) / Self.units(sample.transcoding, sample.layers)
             measured[complexity] = measured[complexity].map { Self.blend($0, each) } ?? each
         }
     }

@@ -35,13 +35,14 @@ struct LoadMonitor: Service {
                 at: SessionManager.monotonicSeconds(), cpu: (cpu - previousCPU) / seconds, transcoding: counts.transcoding,
                 passthrough: counts.passthrough, transcodingBefore: previous.transcoding,
                 passthroughBefore: previous.passthrough, tight: counts.tight &- previous.tight,
-                late: counts.late &- previous.late, transcodedFrames: counts.transcodedFrames &- previous.transcodedFrames)
+                late: counts.late &- previous.late, transcodedFrames: counts.transcodedFrames &- previous.transcodedFrames,
+                layers: counts.layers, layersBefore: previous.layers)
             previous = counts
             previousCPU = cpu
             previousAt = now
             samples += 1
             let changed = control.observe(sample)
-            let report = control.report(transcoding: counts.transcoding, passthrough: counts.passthrough)
+            let report = control.report(transcoding: counts.transcoding, passthrough: counts.passthrough, layers: counts.layers)
             manager.metrics.playsByKind["transcoding"]?.record(counts.transcoding)
             manager.metrics.playsByKind["passthrough"]?.record(counts.passthrough)
             manager.metrics.headroom.record(report.headroomSessions)

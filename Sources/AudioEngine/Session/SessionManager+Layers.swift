@@ -30,6 +30,12 @@ extension SessionManager {
                     status: .conflict, code: "too_many_layers",
                     message: "a play carries at most \(LayerRequest.maxLayers) layers at once; end one first")
             }
+            // A layer must fit in the CPU budget too; over a passed-through play it makes the play transcode.
+            let counts = Self.playCounts(state)
+            let overPassthrough = session.passthrough && session.playStarted && session.layers.isEmpty
+            try load.admit(
+                transcoding: counts.transcoding, passthrough: counts.passthrough, layers: counts.layers,
+                adding: .layer(overPassthrough: overPassthrough), now: Self.monotonicSeconds())
             let ask = LayerAsk(
                 layerID: state.nextPlayID, url: url, source: ready, volume: request.volume ?? 100,
                 duckDB: request.duckDB ?? LayerRequest.defaultDuckDB, attackMS: request.attackMS ?? LayerRequest.defaultAttackMS,

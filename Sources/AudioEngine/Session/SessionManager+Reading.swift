@@ -39,6 +39,7 @@ extension SessionManager {
     struct LoadCounts {
         var transcoding = 0
         var passthrough = 0
+        var layers = 0
         var tight: UInt64 = 0
         var late: UInt64 = 0
         var transcodedFrames: UInt64 = 0
@@ -48,25 +49,27 @@ extension SessionManager {
         state.withLock { state in
             let plays = Self.playCounts(state)
             return LoadCounts(
-                transcoding: plays.transcoding, passthrough: plays.passthrough, tight: state.tightFrames,
+                transcoding: plays.transcoding, passthrough: plays.passthrough, layers: plays.layers, tight: state.tightFrames,
                 late: state.totals.nulled &+ state.totals.deficit, transcodedFrames: state.transcodedFrames)
         }
     }
 
-    /// Plays being heard or opening, by kind: one not yet open counts as transcoding (what it
-    /// costs is not known until it is); a paused one costs nothing and is not counted.
-    static func playCounts(_ state: State) -> (transcoding: Int, passthrough: Int) {
-        var transcoding = 0, passthrough = 0
+    /// Plays being heard or opening, by kind, and the layers over them: one not yet open counts
+    /// as transcoding (what it costs is not known until it is), and so does one with a layer (it
+    /// is mixed and encoded while the layer lasts); a paused one costs nothing and is not counted.
+    static func playCounts(_ state: State) -> (transcoding: Int, passthrough: Int, layers: Int) {
+        var transcoding = 0, passthrough = 0, layers = 0
         for session in state.sessions.values where session.playback != nil && session.machine.state != .paused {
-            if session.passthrough && session.playStarted { passthrough += 1 } else { transcoding += 1 }
+            if session.passthrough && session.playStarted && session.layers.isEmpty { passthrough += 1 } else { transcoding += 1 }
+            layers += session.layers.count
         }
-        return (transcoding, passthrough)
+        return (transcoding, passthrough, layers)
     }
 
     /// The engine's load report, with the live counts.
     func loadReport() -> LoadReport {
         let counts = state.withLock { Self.playCounts($0) }
-        return load.report(transcoding: counts.transcoding, passthrough: counts.passthrough)
+        return load.report(transcoding: counts.transcoding, passthrough: counts.passthrough, layers: counts.layers)
     }
 
     /// Queues an engine event for the next tick.

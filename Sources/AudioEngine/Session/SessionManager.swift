@@ -98,7 +98,8 @@ package final class SessionManager: Sendable {
             // A play that replaces the session's own takes nothing more; a new one must fit.
             if state.sessions[sessionID]?.machine.hasActivePlay != true {
                 let counts = Self.playCounts(state)
-                try load.admit(transcoding: counts.transcoding, passthrough: counts.passthrough, now: Self.monotonicSeconds())
+                try load.admit(
+                    transcoding: counts.transcoding, passthrough: counts.passthrough, layers: counts.layers, now: Self.monotonicSeconds())
             }
             var session = state.sessions[sessionID] ?? newSession(&state)
             if let volume { session.volume = volume }
