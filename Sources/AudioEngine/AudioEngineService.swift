@@ -58,7 +58,9 @@ package enum AudioEngineService {
                 services: [
                     .init(service: socket), .init(service: pacer), .init(service: background), .init(service: app),
                     .init(service: HandOverGrace(manager: manager, grace: configuration.handOverGrace)),
-                    .init(service: LoadMonitor(manager: manager, control: manager.load, logger: logger)),
+                    .init(
+                        service: LoadMonitor(
+                            manager: manager, control: manager.load, routerConnections: { socket.stats.accepted }, logger: logger)),
                 ],
                 gracefulShutdownSignals: [.sigterm, .sigint],
                 logger: logger))

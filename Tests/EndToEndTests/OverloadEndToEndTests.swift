@@ -7,6 +7,7 @@ import NIOCore
 import NIOHTTP1
 import Testing
 import TestSupport
+import WireProtocol
 
 @Suite(.serialized) struct OverloadEndToEndTests {
     /// A budget of 4 % of the engine's cores takes a handful of transcoding plays: one more is
@@ -104,6 +105,28 @@ import TestSupport
         #expect(await eventually(timeout: .seconds(15)) {
             ((try? await cluster.getJSON(cluster.routerURL + "/health"))?["engine"] as? [String: Any])?["load"] != nil
         })
+    }
+
+    /// A Router hears its engine's load report within about a second of connecting, not at the
+    /// next 10 s report: a cluster pair places sessions by it, and until it comes the pair is
+    /// judged by the host's load, on another scale (a clean-clone CI run at 527ab91 put a guild
+    /// on the busier pair so). The engine's first report comes a second after it starts; a
+    /// Router that connects later gets one within the second after it connects.
+    @Test func aRouterHearsTheLoadReportWithinASecondOfConnecting() async throws {
+        let harness = try EngineHarness()
+        let first = try await harness.start()
+        defer { Task { await harness.stop() } }
+        let engineID = WireProtocol.SessionID.engine.description
+        #expect(await eventually(timeout: .seconds(4)) { first.firstEvent(engineID, .load) != nil }, "no report after starting")
+        // Past the first report, well before the tenth second's.
+        try await Task.sleep(for: .seconds(3))
+        let connectedAt = ContinuousClock.now
+        let second = try await SocketRecorder.connect(harness.socketPath)
+        defer { second.close() }
+        #expect(await eventually(timeout: .seconds(4)) { second.firstEvent(engineID, .load) != nil }, "no report after connecting")
+        let heard = try #require(second.firstEvent(engineID, .load))
+        #expect(heard.at - connectedAt < .milliseconds(2_500), "the report came \(heard.at - connectedAt) after connecting")
+        #expect(heard.event.load?.budgetCores ?? 0 > 0, "\(heard.event)")
     }
 
     /// The session id engine-wide events carry is nobody's.

@@ -1,5 +1,7 @@
-// Once a second: what the engine's CPU and its sessions did, into the load governor; every 10 s
-// (and when the complexity changes) a `load` event on the wire with the report.
+// Once a second: what the engine's CPU and its sessions did, into the load governor; a `load`
+// event on the wire with the report after the first second, every 10 s, when the complexity
+// changes, and when a Router has connected since the last (a cluster places sessions by it: a
+// Router without its engine's report would judge its pair by the host's load until then).
 import CoreMetrics
 import EngineAPI
 import Foundation
@@ -15,6 +17,8 @@ struct LoadMonitor: Service {
     var interval: Duration = .seconds(1)
     /// Samples between two `load` events.
     var eventEvery = 10
+    /// How many Routers have connected to the engine's socket so far.
+    var routerConnections: @Sendable () -> Int = { 0 }
     let logger: Logger
 
     func run() async throws {
@@ -23,6 +27,7 @@ struct LoadMonitor: Service {
         var previousCPU = ResourceUsage.cpuSeconds()
         var previousAt = clock.now
         var samples = 0
+        var connectionsReported = routerConnections()
         while !Task.isCancelled && !Task.isShuttingDownGracefully {
             try? await Task.sleep(for: interval)
             guard !Task.isCancelled && !Task.isShuttingDownGracefully else { break }
@@ -54,7 +59,9 @@ struct LoadMonitor: Service {
                         "transcoding": "\(counts.transcoding)", "late": "\(sample.late)", "tight": "\(sample.tight)",
                     ])
             }
-            if changed || samples % max(eventEvery, 1) == 0 {
+            let connections = routerConnections()
+            defer { connectionsReported = connections }
+            if changed || samples == 1 || samples % max(eventEvery, 1) == 0 || connections != connectionsReported {
                 manager.enqueue(WireEvent(type: .load, sessionID: .engine, load: report))
             }
         }

@@ -16,6 +16,8 @@ final class AudioSocketServer: Service, Sendable {
         var connections = 0
         /// Audio frames not written to a connection because its buffer was full.
         var droppedFrames: UInt64 = 0
+        /// Connections accepted since the engine started.
+        var accepted = 0
     }
 
     /// Bytes the socket layer may hold for a connection before it counts as full and ticks wait
@@ -111,6 +113,7 @@ final class AudioSocketServer: Service, Sendable {
         let channel = connection.channel
         let key = ObjectIdentifier(channel)
         connections.withLock { $0[key] = connection }
+        counters.withLock { $0.accepted += 1 }
         logger.info("Router connected")
         channel.closeFuture.whenComplete { [self] _ in
             connections.withLock { _ = $0.removeValue(forKey: key) }
