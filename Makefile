@@ -10,14 +10,15 @@ PIP_PACKAGES := yt-dlp==2026.10.26
 # What the tests add: opus-tools (opusinfo; opusenc/opusdec for bench-quality), Chromium and
 # Playwright (the playground), curl, openssl and certutil (the TLS tests), promtool (the metrics
 # checks), iproute2 (`ip netns`: a network host whose name server a test controls), postgresql
-# (the cluster tests start a server of their own; nothing uses the one the package sets up), schemathesis
+# (the cluster tests start a server of their own; nothing uses the one the package sets up) with
+# pg_auto_failover (postgresql-15-auto-failover: the database's failover test), schemathesis
 # (the API against its OpenAPI document), the Discord bridge's own dependencies with pytest
 # (bridges/discord), numpy (bench-quality's auditory model), and cryptography (OpenSSL's AES-GCM,
 # which with the bridge's PyNaCl opens the voice packets Tonearm seals: Tests/DiscordVoiceTests),
 # four Lavalink clients, lavalink.py, wavelink, mafic and pomice (pomice brings websockets; all unchanged,
 # played through Tonearm: Tests/Lavalink),
 # and rfc9420 (an MLS implementation: the stand-in voice server plays DAVE's external sender with it).
-TEST_APT_PACKAGES := opus-tools chromium curl openssl libnss3-tools prometheus iproute2 nftables postgresql
+TEST_APT_PACKAGES := opus-tools chromium curl openssl libnss3-tools prometheus iproute2 nftables postgresql postgresql-15-auto-failover
 TEST_PIP_PACKAGES := numpy==2.4.6 cryptography==48.0.0 playwright==1.49.1 schemathesis==4.32.5 discord.py[voice]==2.7.1 davey==0.1.7 pytest==9.2.0 simcord==3.2.1 lavalink==5.11.1 wavelink==3.5.2 mafic==2.11.0 pomice==2.11.1 websockets==17.4 rfc9420==1.3.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_MEDIA ?= $(CURDIR)/demo-media

@@ -167,7 +167,7 @@ extension RouterConfiguration {
     /// The cluster settings: TONEARM_PAIR_ID (the host name unless set), TONEARM_PAIR_ADDRESS
     /// (http://<host name>:<port> unless set), TONEARM_MAX_SESSIONS, TONEARM_CLUSTER_LEASE.
     private static func cluster(url: String, environment: [String: String], port: Int) throws -> ClusterSettings {
-        _ = try PostgresClient.Configuration.parse(url: url)
+        _ = try PostgresClient.Configuration.parse(urls: url)
         let host = ProcessInfo.processInfo.hostName
         let pairID = environment["TONEARM_PAIR_ID"].flatMap { $0.isEmpty ? nil : $0 } ?? host
         guard pairID.utf8.count <= 64, pairID.allSatisfy({ $0.isASCII && !$0.isWhitespace }) else {

@@ -22,12 +22,8 @@ package enum RouterService {
         var member: ClusterMember?
         let database: any SessionStorage
         if let cluster = configuration.cluster {
-            var options = PostgresClient.Configuration.Options()
-            options.connectTimeout = .seconds(1)
-            var postgres = try PostgresClient.Configuration.parse(url: cluster.databaseURL)
-            postgres.options = options
-            let client = PostgresClient(configuration: postgres, backgroundLogger: logger)
-            let clusterMember = ClusterMember(settings: cluster, client: client, logger: logger)
+            let hosts = try DatabaseHosts(url: cluster.databaseURL, connectTimeout: .seconds(1), logger: logger)
+            let clusterMember = ClusterMember(settings: cluster, hosts: hosts, logger: logger)
             member = clusterMember
             database = ClusterStorage(member: clusterMember)
             clusterServices = [.init(service: clusterMember)]

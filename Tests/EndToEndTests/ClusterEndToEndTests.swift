@@ -165,9 +165,10 @@ import Testing
         try runTool(
             "ip", ["netns", "exec", namespace.name, "nft", "add", "chain", "inet", "tonearm_cut", "out",
                 "{ type filter hook output priority 0; }"])
+        let postgres = try #require(cluster.postgres as? PostgresServer)
         try runTool(
             "ip", ["netns", "exec", namespace.name, "nft", "add", "rule", "inet", "tonearm_cut", "out", "tcp", "dport",
-                "\(cluster.postgres.port)", "drop"])
+                "\(postgres.port)", "drop"])
         let cutAt = ContinuousClock.now
         var twice: [String] = []
         var stoppedAt: [String: Duration] = [:]

@@ -165,7 +165,8 @@ final class BalancedListener: Sendable {
 /// runs in a host of its own, any of which can be cut off from everything and mended.
 final class PairCluster: @unchecked Sendable {
     // @unchecked: pairs are started and killed by the test's own task only.
-    let postgres: PostgresServer
+    /// The cluster's database: one server, or pg_auto_failover's nodes.
+    let postgres: any ClusterDatabaseServer
     let pairs: [TonearmCluster]
     let namespace: NetworkNamespace?
     let network: BridgedNetwork?
@@ -175,18 +176,19 @@ final class PairCluster: @unchecked Sendable {
     init(
         count: Int = 3, lease: Double = 3, tones: [Int] = [440, 550, 660, 770, 880, 990], toneSeconds: Double = 120,
         noise: [Int] = [], noiseSeconds: Int = 120, noiseChannels: Int = 2, namespace: NetworkNamespace? = nil,
-        network: BridgedNetwork? = nil, environment: [String: String] = [:], pairEnvironment: [Int: [String: String]] = [:]
+        network: BridgedNetwork? = nil, environment: [String: String] = [:], pairEnvironment: [Int: [String: String]] = [:],
+        database: (any ClusterDatabaseServer)? = nil
     ) throws {
         self.namespace = namespace
         self.network = network
         self.lease = lease
-        let postgres = try PostgresServer(alsoListenOn: namespace?.outside ?? network?.outside)
+        let postgres = try database ?? PostgresServer(alsoListenOn: namespace?.outside ?? network?.outside)
         self.postgres = postgres
         var pairs: [TonearmCluster] = []
         for index in 0..<count {
             let routerPort = try freePort()
             let host = network?.hosts[index].address ?? namespace.map { index == 0 ? $0.inside : $0.outside } ?? "127.0.0.1"
-            let database = (network?.outside ?? namespace?.outside).map { postgres.url(host: $0) } ?? postgres.url
+            let database = (network?.outside ?? namespace?.outside).map { postgres.url(host: $0) } ?? postgres.url(host: "127.0.0.1")
             let pair = try TonearmCluster(
                 tones: [],
                 environment: [

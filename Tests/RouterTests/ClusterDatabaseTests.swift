@@ -17,10 +17,10 @@ import WireProtocol
     func withPairs(_ names: [String], _ body: ([ClusterDatabase]) async throws -> Void) async throws {
         let server = try PostgresServer()
         defer { server.stop() }
-        let client = PostgresClient(configuration: try .parse(url: server.url), backgroundLogger: Logger(label: "test"))
-        let running = Task { await client.run() }
+        let hosts = try DatabaseHosts(url: server.url, logger: Logger(label: "test"))
+        let running = Task { await hosts.run() }
         defer { running.cancel() }
-        let handles = names.map { ClusterDatabase(client: client, pairID: $0, logger: Logger(label: "test")) }
+        let handles = names.map { ClusterDatabase(hosts: hosts, pairID: $0, logger: Logger(label: "test")) }
         try await handles[0].migrate()
         try await body(handles)
     }
@@ -91,7 +91,7 @@ import WireProtocol
         try await withPairs(["a"]) { pairs in
             let started = ContinuousClock.now
             await #expect(throws: TimeoutError.self) {
-                try await pairs[0].client.run(within: .milliseconds(200)) { connection in
+                try await pairs[0].hosts.run(within: .milliseconds(200)) { connection in
                     try await connection.query("SELECT pg_sleep(5)", logger: Logger(label: "test"))
                 }
             }

@@ -3,7 +3,14 @@
 // the tests run as root (PostgreSQL refuses to run as root).
 import Foundation
 
-public final class PostgresServer: @unchecked Sendable {
+/// What the cluster tests need of their database: where the pairs reach it, SQL on it, its end.
+public protocol ClusterDatabaseServer: AnyObject, Sendable {
+    func url(host: String) -> String
+    func sql(_ statement: String) throws -> String
+    func stop()
+}
+
+public final class PostgresServer: ClusterDatabaseServer, @unchecked Sendable {
     // @unchecked: the process is started once and only signalled afterwards.
     public let directory: TemporaryDirectory
     public let port: Int
@@ -65,11 +72,16 @@ public final class PostgresServer: @unchecked Sendable {
 
     /// SQL through psql, answering its rows as text (`-At`).
     public func sql(_ statement: String) throws -> String {
+        try Self.psql("postgres://tonearm@127.0.0.1:\(port)/postgres", statement)
+    }
+
+    /// `statement` through psql on the server `url` names (libpq's URL), its rows as text (`-At`).
+    static func psql(_ url: String, _ statement: String) throws -> String {
         guard let bin = Self.binaries else { throw FixtureError("no psql") }
         let pipe = Pipe()
         let psql = Process()
         psql.executableURL = URL(fileURLWithPath: bin + "/psql")
-        psql.arguments = ["-h", "127.0.0.1", "-p", "\(port)", "-U", "tonearm", "-d", "postgres", "-At", "-c", statement]
+        psql.arguments = [url, "-At", "-c", statement]
         psql.standardOutput = pipe
         psql.standardError = FileHandle.nullDevice
         try psql.run()
@@ -77,6 +89,17 @@ public final class PostgresServer: @unchecked Sendable {
         psql.waitUntilExit()
         guard psql.terminationStatus == 0 else { throw FixtureError("psql failed: \(statement)") }
         return String(decoding: output, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// SIGSTOP (`true`) or SIGCONT to the postmaster and every backend: the server's host as a
+    /// client sees it when cut off, its connections open and silent.
+    public func freeze(_ frozen: Bool) {
+        let pidFile = directory.file("data/postmaster.pid")
+        guard let postmaster = (try? String(contentsOfFile: pidFile, encoding: .utf8))?.split(separator: "\n").first.flatMap({ Int32($0) })
+        else { return }
+        let backends = (try? String(contentsOfFile: "/proc/\(postmaster)/task/\(postmaster)/children", encoding: .utf8))?
+            .split(separator: " ").compactMap { Int32($0) } ?? []
+        for pid in [postmaster] + backends { kill(pid, frozen ? SIGSTOP : SIGCONT) }
     }
 
     /// Stops the server at once (SIGQUIT to the postmaster: its immediate shutdown; nothing here

@@ -4,7 +4,7 @@
 //
 // Every statement that changes a session names the epoch it expects, so a pair that lost a
 // session (its lease passed to another pair) can no longer write it: its writes match no row.
-// Every statement has a deadline (`PostgresClient.run(within:)`); one that reaches the server
+// Every statement has a deadline (`DatabaseHosts.run(within:)`); one that reaches the server
 // late, after its sender gave up on it, must do no harm, and none does: see each.
 import Foundation
 import Logging
@@ -13,7 +13,8 @@ import WireProtocol
 
 /// One pair's view of the shared database.
 struct ClusterDatabase: Sendable {
-    let client: PostgresClient
+    /// Its server, or its servers of which one takes writes.
+    let hosts: DatabaseHosts
     let pairID: String
     let logger: Logger
     /// The longest a statement outside the rounds may take before its connection is closed.
@@ -58,7 +59,7 @@ struct ClusterDatabase: Sendable {
         within limit: Duration? = nil, _ body: @escaping @Sendable (PostgresConnection, Logger) async throws -> T
     ) async throws -> T {
         let logger = logger
-        return try await client.run(within: limit ?? statementLimit) { try await body($0, logger) }
+        return try await hosts.run(within: limit ?? statementLimit) { try await body($0, logger) }
     }
 
     // MARK: Pairs

@@ -26,9 +26,9 @@ final class ClusterMember: Service, Sendable {
     /// Where the engine's fence goes (nil: nowhere, in tests without an engine).
     private let fenceSender = Mutex<(@Sendable (Fence) async -> Void)?>(nil)
 
-    init(settings: ClusterSettings, client: PostgresClient, logger: Logger) {
+    init(settings: ClusterSettings, hosts: DatabaseHosts, logger: Logger) {
         self.settings = settings
-        database = ClusterDatabase(client: client, pairID: settings.pairID, logger: logger)
+        database = ClusterDatabase(hosts: hosts, pairID: settings.pairID, logger: logger)
         self.logger = logger
         machine = Mutex(ClusterMachine(settings: settings))
     }
@@ -114,6 +114,9 @@ final class ClusterMember: Service, Sendable {
                     // An empty snapshot: the owner starts it with its own defaults (TONEARM_NORMALIZE).
                     guard let epoch = try await database.assign(id, to: pair.id, expected: ownership, lease: settings.lease, snapshot: "")
                     else { continue }  // another pair placed it first: look again
+                    logger.info(
+                        "placed a session a client asked for",
+                        metadata: ["session.id": "\(id)", "to": "\(pair.id)", "epoch": "\(epoch)", "was": "\(ownership?.owner ?? "-")"])
                     guard pair.id == settings.pairID else { return .remote(pair.address) }
                     if await take(id, epoch: epoch, sent: sent) { return .local }
                     throw Self.unavailable("this pair cannot renew its leases at the moment; the session moves within seconds")
@@ -226,7 +229,7 @@ final class ClusterMember: Service, Sendable {
     /// so the writer's last flush (stopped before this) and the hand-over still reach PostgreSQL.
     func run() async throws {
         await withDiscardingTaskGroup { pool in
-            pool.addTask { await self.database.client.run() }
+            pool.addTask { await self.database.hosts.run() }
             await cancelWhenGracefulShutdown {
                 while !Task.isCancelled {
                     do {
@@ -266,7 +269,10 @@ final class ClusterMember: Service, Sendable {
             let rows = try await database.round(heartbeat, lease: settings.lease, gap: settings.steadyGap, within: settings.roundLimit)
             let (lost, gained) = machine.withLock { $0.renewed(rows, sent: sent) }
             var adopted: [(SessionID, Int64)] = []
-            for (id, epoch) in gained where await claim(id, epoch: epoch, sent: sent) == true { adopted.append((id, epoch)) }
+            for (id, epoch) in gained where await claim(id, epoch: epoch, sent: sent) == true {
+                logger.notice("took on a session this pair's renewal named", metadata: ["session.id": "\(id)", "epoch": "\(epoch)"])
+                adopted.append((id, epoch))
+            }
             // The fence first: it names what is new and leaves out what was lost.
             await pushFence()
             for id in lost {

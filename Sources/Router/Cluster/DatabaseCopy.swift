@@ -22,14 +22,14 @@ package enum DatabaseCopy {
         }
         let source = try SessionDatabase(path: sqlitePath)
         let rows = try await source.loadAllJSON()
-        let client = PostgresClient(configuration: try PostgresClient.Configuration.parse(url: url), backgroundLogger: logger)
+        let hosts = try DatabaseHosts(url: url, logger: logger)
         return try await withThrowingTaskGroup(of: Outcome?.self) { group in
             group.addTask {
-                await client.run()
+                await hosts.run()
                 return nil
             }
             defer { group.cancelAll() }
-            let database = ClusterDatabase(client: client, pairID: "migrate-database", logger: logger)
+            let database = ClusterDatabase(hosts: hosts, pairID: "migrate-database", logger: logger)
             try await database.migrate()
             var outcome = Outcome()
             for (raw, json) in rows {
