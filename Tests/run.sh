@@ -20,6 +20,10 @@ export TONEARM_BIN_DIR=$bin
 tests=$bin/tonearmPackageTests.xctest
 [ -x "$tests" ] || { echo "no test build in $bin: run make test"; exit 1; }
 logs=$(mktemp -d /tmp/tonearm-tests.XXXXXX)
+# Lines the failure patterns match that are not failures: the processes' own log lines (a
+# connection attempt that failed while a test had the database down on purpose) and
+# schemathesis's report of what the API accepts ("Supports NULL byte in headers: ✘").
+noise='^[0-9T:+-]+ (trace|debug|info|notice|warning) |Supports NULL byte|Accepts backslash'
 started=$(date +%s)
 report() {  # name, status
   echo; echo "== Tests/run.sh: $1 ended with status $2 after $(( $(date +%s) - started )) s"
@@ -49,6 +53,6 @@ report "the bridge's and the Lavalink clients' tests" "$pythons"
 others=$(( pythons || api ))
 if [ "$swift" != 0 ] || [ "$others" != 0 ]; then
   echo; echo "== Tests/run.sh: what failed (logs in $logs):"
-  grep -a -h -E '✘|error:|FAILED|failed' "$logs"/*.log | cut -c1-400 | tail -60
+  grep -a -h -E '✘|error:|FAILED|failed' "$logs"/*.log | grep -a -v -E "$noise" | cut -c1-400 | tail -60
   exit 1
 fi
