@@ -39,6 +39,27 @@ public enum ResourceUsage {
         return min(quota / period, processors)
     }
 
+    /// The host's CPU time so far, in clock ticks summed over its processors: what the hypervisor
+    /// took from it (steal) and all of it (`/proc/stat`'s first line); nil where it cannot be read.
+    public static func hostCPUTicks() -> (stolen: UInt64, total: UInt64)? {
+        guard let text = try? String(contentsOfFile: "/proc/stat", encoding: .utf8),
+            let line = text.split(separator: "\n", maxSplits: 1).first, line.hasPrefix("cpu ")
+        else { return nil }
+        // user nice system idle iowait irq softirq steal (guest time is already in user's).
+        let ticks = line.split(separator: " ").dropFirst().prefix(8).compactMap { UInt64($0) }
+        guard ticks.count == 8 else { return nil }
+        return (ticks[7], ticks.reduce(0, &+))
+    }
+
+    /// The share of the host's CPU time the hypervisor took between two readings of
+    /// `hostCPUTicks` (0 when either is missing or no time passed).
+    public static func stolenShare(
+        from earlier: (stolen: UInt64, total: UInt64)?, to later: (stolen: UInt64, total: UInt64)?
+    ) -> Double {
+        guard let earlier, let later, later.total > earlier.total, later.stolen >= earlier.stolen else { return 0 }
+        return Double(later.stolen - earlier.stolen) / Double(later.total - earlier.total)
+    }
+
     private static func seconds(_ time: timeval) -> Double {
         Double(time.tv_sec) + Double(time.tv_usec) / 1e6
     }

@@ -3,7 +3,8 @@
 
 /// One engine's load.
 public struct LoadReport: Hashable, Sendable, Codable {
-    /// CPU the engine may use for its sessions, in cores (0: no budget, admission off).
+    /// CPU the engine may use for its sessions now, in cores: its budget less the share the
+    /// hypervisor takes (0: no budget, admission off).
     public var budgetCores: Double
     /// Cores the engine used over the last second.
     public var cpuCores: Double
@@ -24,11 +25,14 @@ public struct LoadReport: Hashable, Sendable, Codable {
     public var admitting: Bool
     /// Plays refused for the budget since the engine started.
     public var refusals: UInt64
+    /// The share of the host's CPU time the hypervisor takes (recent seconds' highest, fading),
+    /// by which the budget is lowered; 0 on a host of its own.
+    public var stolenShare: Double
 
     public init(
         budgetCores: Double, cpuCores: Double, transcoding: Int, passthrough: Int, headroomSessions: Int,
         complexity: Int, configuredComplexity: Int, lateFramesPerMinute: UInt64, tightFramesPerMinute: UInt64,
-        admitting: Bool, refusals: UInt64
+        admitting: Bool, refusals: UInt64, stolenShare: Double = 0
     ) {
         self.budgetCores = budgetCores
         self.cpuCores = cpuCores
@@ -41,6 +45,24 @@ public struct LoadReport: Hashable, Sendable, Codable {
         self.tightFramesPerMinute = tightFramesPerMinute
         self.admitting = admitting
         self.refusals = refusals
+        self.stolenShare = stolenShare
+    }
+
+    /// A report without `stolen_share` (an engine from before it) reads as 0.
+    public init(from decoder: any Decoder) throws {
+        let values = try decoder.container(keyedBy: CodingKeys.self)
+        budgetCores = try values.decode(Double.self, forKey: .budgetCores)
+        cpuCores = try values.decode(Double.self, forKey: .cpuCores)
+        transcoding = try values.decode(Int.self, forKey: .transcoding)
+        passthrough = try values.decode(Int.self, forKey: .passthrough)
+        headroomSessions = try values.decode(Int.self, forKey: .headroomSessions)
+        complexity = try values.decode(Int.self, forKey: .complexity)
+        configuredComplexity = try values.decode(Int.self, forKey: .configuredComplexity)
+        lateFramesPerMinute = try values.decode(UInt64.self, forKey: .lateFramesPerMinute)
+        tightFramesPerMinute = try values.decode(UInt64.self, forKey: .tightFramesPerMinute)
+        admitting = try values.decode(Bool.self, forKey: .admitting)
+        refusals = try values.decode(UInt64.self, forKey: .refusals)
+        stolenShare = try values.decodeIfPresent(Double.self, forKey: .stolenShare) ?? 0
     }
 
     enum CodingKeys: String, CodingKey {
@@ -51,5 +73,6 @@ public struct LoadReport: Hashable, Sendable, Codable {
         case configuredComplexity = "configured_complexity"
         case lateFramesPerMinute = "late_frames_per_minute"
         case tightFramesPerMinute = "tight_frames_per_minute"
+        case stolenShare = "stolen_share"
     }
 }

@@ -1,3 +1,4 @@
+import ServiceSupport
 import Testing
 
 @testable import AudioEngine
@@ -105,6 +106,57 @@ import Testing
         starting.transcodingBefore = 80
         _ = governor.observe(starting)
         #expect(abs(governor.transcodeCost(at: 10) - 0.0125) < 0.0002)
+    }
+
+    /// Time the hypervisor takes from the host lowers the budget by its share (a session's own
+    /// CPU is measured without it, and is late all the same): a play that fits on a host of its
+    /// own is taken lower, or refused, where a tenth of the host's time is taken. The share is
+    /// held at its highest recent second and fades by a tenth a second.
+    @Test func timeTheHypervisorTakesLowersTheBudget() {
+        var governor = LoadGovernor(settings: Self.settings)
+        #expect(governor.admission(transcoding: 140, passthrough: 0) == .admit)
+        // A second that teaches no cost (plays started in it) and had a tenth of the host taken.
+        var stolen = Self.sample(at: 0, cpu: 1.0, transcoding: 100)
+        (stolen.transcodingBefore, stolen.stolen) = (90, 0.1)
+        #expect(governor.observe(stolen) == nil)
+        #expect(abs(governor.budget - 1.35) < 1e-9 && abs(governor.stolenShare - 0.1) < 1e-9)
+        // 0.01 + 131 × 0.01 = 1.32 fits in 1.35; 0.01 + 141 × 0.01 = 1.42 does not at 10.
+        #expect(governor.admission(transcoding: 130, passthrough: 0) == .admit)
+        #expect(governor.admission(transcoding: 140, passthrough: 0) == .admitStepDown(to: 1))
+        #expect(governor.headroom(transcoding: 100, passthrough: 0) == 74, "(1.35 − 0.01 − 100 × 0.0077) / 0.0077 at 5")
+        // CPU within the configured budget but over the one in force is pressure: a step down.
+        var busy = Self.sample(at: 2, cpu: 1.4, transcoding: 130)
+        busy.transcodingBefore = 120
+        #expect(governor.observe(busy) == .complexity(7))
+        // The next second without steal: the share fades a tenth, not at once.
+        var quiet = Self.sample(at: 3, cpu: 1.0, transcoding: 100)
+        quiet.transcodingBefore = 90
+        _ = governor.observe(quiet)
+        #expect(abs(governor.stolenShare - 0.081) < 1e-9, "\(governor.stolenShare)")
+        // A higher second counts at once.
+        quiet.stolen = 0.2
+        _ = governor.observe(quiet)
+        #expect(abs(governor.budget - 1.2) < 1e-9)
+        // After a minute without steal the budget is the configured one again, within a thousandth.
+        quiet.stolen = 0
+        for second in 4..<64 {
+            quiet.at = Double(second)
+            _ = governor.observe(quiet)
+        }
+        #expect(governor.budget > 1.499 && governor.budget <= 1.5, "\(governor.budget)")
+        // Nonsense from the host (a counter that went back, say) is taken as no steal.
+        quiet.stolen = -.infinity
+        _ = governor.observe(quiet)
+        #expect(governor.budget <= 1.5 && governor.budget > 1.499)
+    }
+
+    /// The host's share taken by the hypervisor between two readings of /proc/stat's ticks.
+    @Test func theStolenShareIsStealOverAllTheHostsTicks() {
+        #expect(ResourceUsage.hostCPUTicks() != nil, "/proc/stat is read on Linux")
+        #expect(abs(ResourceUsage.stolenShare(from: (10, 1_000), to: (20, 1_200)) - 0.05) < 1e-12)
+        #expect(ResourceUsage.stolenShare(from: (10, 1_000), to: (20, 1_000)) == 0, "no time passed")
+        #expect(ResourceUsage.stolenShare(from: (30, 1_000), to: (20, 1_200)) == 0, "a counter that went back")
+        #expect(ResourceUsage.stolenShare(from: nil, to: (20, 1_200)) == 0)
     }
 
     @Test func theLadderSkipsStepsThatCostTheSame() {

@@ -74,7 +74,7 @@ package struct EngineMetrics: Sendable {
         "tonearm_engine_router_connections": "Router connections on the socket.",
         "tonearm_engine_sessions": "Sessions by state.",
         "tonearm_engine_opus_complexity": "The Opus complexity transcoding sessions encode at now (lowered under load).",
-        "tonearm_engine_cpu_budget_cores": "CPU the engine may use for its sessions, in cores (0: no admission control).",
+        "tonearm_engine_cpu_budget_cores": "CPU the engine may use for its sessions now, in cores: its budget less the share the hypervisor takes (0: no admission control).",
         "tonearm_engine_cpu_used_cores": "CPU the engine used over the last second, in cores.",
         "tonearm_engine_admission_refusals_total": "Plays refused with engine_full: they did not fit in the CPU budget.",
         "tonearm_engine_plays": "Plays being heard or opening, by kind (transcoding or passthrough).",

@@ -70,8 +70,9 @@ final class LoadControl: Sendable {
             minute.tight[minute.index] = sample.tight
             minute.index = (minute.index + 1) % minute.late.count
         }
-        let change = governor.withLock { $0.observe(sample) }
+        let (change, budget) = governor.withLock { ($0.observe(sample), $0.budget) }
         metrics?.cpuUsed.record(sample.cpu)
+        metrics?.cpuBudget.record(budget)
         guard let change else { return false }
         apply(change)
         return true
@@ -96,10 +97,10 @@ final class LoadControl: Sendable {
         }
         let headroom = governor.headroom(transcoding: transcoding, passthrough: passthrough, layers: layers)
         return LoadReport(
-            budgetCores: governor.settings.budgetCores, cpuCores: governor.last?.cpu ?? 0, transcoding: transcoding,
+            budgetCores: governor.budget, cpuCores: governor.last?.cpu ?? 0, transcoding: transcoding,
             passthrough: passthrough, headroomSessions: min(headroom, 1_000_000), complexity: Int(governor.complexity),
             configuredComplexity: Int(configuredComplexity), lateFramesPerMinute: minute.late.reduce(0, &+),
             tightFramesPerMinute: minute.tight.reduce(0, &+), admitting: admitting,
-            refusals: refused.load(ordering: .relaxed))
+            refusals: refused.load(ordering: .relaxed), stolenShare: governor.stolenShare)
     }
 }

@@ -1,5 +1,6 @@
 // What the engine can still take, as a value: each second the monitor gives it what the last
-// second cost (the engine's CPU, its sessions by kind, frames that were late or nearly so), and
+// second cost (the engine's CPU, its sessions by kind, frames that were late or nearly so, the
+// host's time the hypervisor took), and
 // it keeps an estimate of what one session of each kind costs, lowers the Opus complexity of
 // transcoding sessions a step when the slack runs short and raises it again when there is room,
 // and answers whether one more play fits. It holds no clock and does no I/O: the monitor and the
@@ -46,6 +47,9 @@ package struct LoadGovernor: Sendable {
         /// Layers mixed into those plays, now and at the start of the second.
         var layers = 0
         var layersBefore = 0
+        /// The share of the host's CPU time the hypervisor took over the second (`/proc/stat`'s
+        /// steal; 0 on a host of its own).
+        var stolen = 0.0
     }
 
     /// What the governor answers to one more play.
@@ -76,6 +80,11 @@ package struct LoadGovernor: Sendable {
     /// "Layers and cue points"; the higher figure).
     static let layerShare = 0.2
 
+    /// How much of the hypervisor's share the governor still holds a second later: it takes the
+    /// highest recent second's and lets it fade by a tenth a second, so a host whose time is taken
+    /// in bursts is judged by its bursts (a stall of tens of milliseconds makes frames late).
+    static let stolenFade = 0.9
+
     let settings: Settings
     /// Where on the ladder transcoding sessions are now.
     private(set) var step = 0
@@ -89,6 +98,13 @@ package struct LoadGovernor: Sendable {
     private var pressureAt = -Double.infinity
     /// The last sample, for the load report.
     private(set) var last: Sample?
+    /// The share of the host's time the hypervisor takes, as the governor holds it (0–1).
+    private(set) var stolenShare = 0.0
+
+    /// The budget in force: the configured one less the share the hypervisor takes. A session's
+    /// CPU is measured without the time taken from it, but it is late all the same when its time
+    /// is taken: on such a host the same sessions need that much more of every core.
+    var budget: Double { settings.budgetCores * (1 - stolenShare) }
 
     init(settings: Settings) {
         self.settings = settings
@@ -122,12 +138,12 @@ package struct LoadGovernor: Sendable {
     func admission(transcoding: Int, passthrough: Int, layers: Int = 0, adding: Addition = .play) -> Admission {
         guard settings.enabled else { return .admit }
         let (transcoding, passthrough, layers) = adding.counts(transcoding, passthrough, layers)
-        if predicted(transcoding: transcoding, passthrough: passthrough, layers: layers, at: complexity) <= settings.budgetCores {
+        if predicted(transcoding: transcoding, passthrough: passthrough, layers: layers, at: complexity) <= budget {
             return .admit
         }
         for lower in settings.ladder.indices.dropFirst(step + 1)
         where predicted(transcoding: transcoding, passthrough: passthrough, layers: layers, at: settings.ladder[lower])
-            <= settings.budgetCores
+            <= budget
         {
             return .admitStepDown(to: lower)
         }
@@ -152,7 +168,7 @@ package struct LoadGovernor: Sendable {
     /// How many more transcoding plays fit now, at the lowest complexity allowed.
     func headroom(transcoding: Int, passthrough: Int, layers: Int = 0) -> Int {
         guard settings.enabled else { return Int.max }
-        let free = settings.budgetCores - predicted(transcoding: transcoding, passthrough: passthrough, layers: layers, at: lowestComplexity)
+        let free = budget - predicted(transcoding: transcoding, passthrough: passthrough, layers: layers, at: lowestComplexity)
         let each = transcodeCost(at: lowestComplexity)
         guard free > 0, each > 0 else { return 0 }
         return Int(min(free / each, Double(Int32.max)))
@@ -171,10 +187,13 @@ package struct LoadGovernor: Sendable {
     /// Learns from one second, and says what should change.
     mutating func observe(_ sample: Sample) -> Change? {
         last = sample
+        if sample.stolen.isFinite {
+            stolenShare = max(min(max(sample.stolen, 0), 1), stolenShare * Self.stolenFade)
+        }
         learn(from: sample)
         guard settings.enabled, settings.ladder.count > 1 else { return nil }
         let framesDue = max(sample.transcodedFrames, 1)
-        let short = sample.late > 0 || Double(sample.tight) > 0.02 * Double(framesDue) || sample.cpu > settings.budgetCores
+        let short = sample.late > 0 || Double(sample.tight) > 0.02 * Double(framesDue) || sample.cpu > budget
         if short { pressureAt = sample.at }
         if short, sample.at - changedAt >= settings.stepDownSeconds {
             return stepDown(at: sample.at)
@@ -185,7 +204,7 @@ package struct LoadGovernor: Sendable {
         else { return nil }
         let above = settings.ladder[step - 1]
         let then = predicted(transcoding: sample.transcoding, passthrough: sample.passthrough, layers: sample.layers, at: above)
-        guard then <= 0.9 * settings.budgetCores, Double(sample.tight) <= 0.005 * Double(framesDue) else { return nil }
+        guard then <= 0.9 * budget, Double(sample.tight) <= 0.005 * Double(framesDue) else { return nil }
         step -= 1
         changedAt = sample.at
         return .complexity(complexity)

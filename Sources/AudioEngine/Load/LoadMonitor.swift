@@ -1,4 +1,5 @@
-// Once a second: what the engine's CPU and its sessions did, into the load governor; a `load`
+// Once a second: what the engine's CPU and its sessions did, and the host's time the hypervisor
+// took (`/proc/stat`), into the load governor; a `load`
 // event on the wire with the report after the first second, every 10 s, when the complexity
 // changes, and when a Router has connected since the last (a cluster places sessions by it: a
 // Router without its engine's report would judge its pair by the host's load until then).
@@ -25,6 +26,7 @@ struct LoadMonitor: Service {
         let clock = ContinuousClock()
         var previous = manager.loadCounts()
         var previousCPU = ResourceUsage.cpuSeconds()
+        var previousHost = ResourceUsage.hostCPUTicks()
         var previousAt = clock.now
         var samples = 0
         var connectionsReported = routerConnections()
@@ -34,6 +36,7 @@ struct LoadMonitor: Service {
             let now = clock.now
             let counts = manager.loadCounts()
             let cpu = ResourceUsage.cpuSeconds()
+            let host = ResourceUsage.hostCPUTicks()
             let seconds = Self.seconds(now - previousAt)
             guard seconds > 0 else { continue }
             let sample = LoadGovernor.Sample(
@@ -41,9 +44,11 @@ struct LoadMonitor: Service {
                 passthrough: counts.passthrough, transcodingBefore: previous.transcoding,
                 passthroughBefore: previous.passthrough, tight: counts.tight &- previous.tight,
                 late: counts.late &- previous.late, transcodedFrames: counts.transcodedFrames &- previous.transcodedFrames,
-                layers: counts.layers, layersBefore: previous.layers)
+                layers: counts.layers, layersBefore: previous.layers,
+                stolen: ResourceUsage.stolenShare(from: previousHost, to: host))
             previous = counts
             previousCPU = cpu
+            previousHost = host
             previousAt = now
             samples += 1
             let changed = control.observe(sample)
