@@ -36,8 +36,15 @@ package enum RouterService {
             store: store, engine: engine, database: database, writer: writer, background: background, logger: logger,
             browserPlays: configuration.browserPlays, normalizeByDefault: configuration.normalizeByDefault,
             clustered: configuration.cluster != nil)
-        // Before any controller is made: each reads it once.
+        let secret = try IdentityTokens.secret(configured: configuration.tokenSecret, directory: configuration.dataDirectory)
+        let tokens = IdentityTokens(secret: secret)
+        let relay = member.map { ClusterRelay(member: $0, http: HTTPClient.shared, logger: logger) }
+        // Before any controller is made: each reads them once.
         if let member { await directory.onFull { id, snapshot in await member.moveForRoom(id, snapshot) } }
+        if let relay {
+            let stations = StationRelays(relay: relay, store: store, tokens: tokens, logger: logger)
+            await directory.onStations { station async throws(APIError) -> Placement in try await stations.attach(station) }
+        }
         await directory.restore()
         if let member {
             member.attach(directory)
@@ -62,15 +69,13 @@ package enum RouterService {
                 store: store, directory: directory, engine: engine, logger: logger,
                 owns: owns)
         }
-        let secret = try IdentityTokens.secret(configured: configuration.tokenSecret, directory: configuration.dataDirectory)
-        let access = AccessControl(tokens: IdentityTokens(secret: secret), botToken: configuration.botToken)
+        let access = AccessControl(tokens: tokens, botToken: configuration.botToken)
         var api = RouterApplication(store: store, directory: directory, link: link, engine: engine, access: access)
         api.storage = writer
         if configuration.identityPerMinute > 0 {
             api.identityLimit = RateLimiter(perMinute: configuration.identityPerMinute, burst: configuration.identityBurst)
         }
         api.clientAddress = ClientAddress(trustedProxies: configuration.trustedProxies)
-        let relay = member.map { ClusterRelay(member: $0, http: HTTPClient.shared, logger: logger) }
         api.relay = relay
         let hls = HLSOutput(store: store)
         api.hls = hls

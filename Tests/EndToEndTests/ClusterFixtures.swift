@@ -195,6 +195,8 @@ final class PairCluster: @unchecked Sendable {
                     "TONEARM_DATABASE_URL": database, "TONEARM_PAIR_ID": "pair-\(index)",
                     "TONEARM_PAIR_ADDRESS": "http://\(host):\(routerPort)", "TONEARM_CLUSTER_LEASE": "\(lease)",
                     "TONEARM_NORMALIZE": "false", "TONEARM_HANDOVER_GRACE": "5",
+                    // As a deployment sets it (docs/cluster.md): a token one pair signs is good at every pair.
+                    "TONEARM_TOKEN_SECRET": "pair-cluster-test-secret-shared-by-every-pair",
                 ].merging(environment) { _, extra in extra }.merging(pairEnvironment[index] ?? [:]) { _, extra in extra },
                 routerPort: routerPort, host: host)
             if let launcher = network?.hosts[index].launcher ?? (index == 0 ? namespace?.launcher : nil) {

@@ -141,14 +141,20 @@ import Testing
     /// The largest difference in arrival (ms) between `follower`'s last `packets` packets and the
     /// same packets at `reference`, found as the window of `reference` they equal byte for byte.
     static func skew(of follower: SessionListener, against reference: SessionListener, packets: Int) throws -> Double {
-        let mine = Array(follower.audio().suffix(packets))
-        let theirs = reference.audio()
+        try skew(of: follower.audio(), against: reference.audio(), packets: packets, follower: follower.session)
+    }
+
+    static func skew(
+        of heard: [(at: ContinuousClock.Instant, packet: [UInt8])], against theirs: [(at: ContinuousClock.Instant, packet: [UInt8])],
+        packets: Int, follower: String
+    ) throws -> Double {
+        let mine = Array(heard.suffix(packets))
         guard mine.count == packets, theirs.count >= packets else { throw FixtureError("too few packets") }
         let bytes = mine.map(\.packet)
         for start in stride(from: theirs.count - packets, through: 0, by: -1)
         where theirs[start..<(start + packets)].map(\.packet) == bytes {
             return zip(mine, theirs[start..<(start + packets)]).map { abs(milliseconds($0.at - $1.at)) }.max() ?? 0
         }
-        throw FixtureError("\(follower.session)'s last \(packets) packets are not the station's")
+        throw FixtureError("\(follower)'s last \(packets) packets are not the station's")
     }
 }

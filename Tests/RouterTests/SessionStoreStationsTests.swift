@@ -2,6 +2,7 @@
 // the station's frames and events, one group per event loop and kind for the station and all its
 // followers; a follower's own frames reach nobody; chains are refused; a follower that leaves,
 // goes or switches stations is taken out of the station's groups at once.
+import HTTPTypes
 import NIOCore
 import NIOEmbedded
 import ServiceSupport
@@ -84,5 +85,44 @@ import WireProtocol
         send(store, radio, "2")
         loop.run()
         #expect(staying.got == ["First:1", "First:2"] && leaving.got == ["First:1"])
+    }
+
+    /// In a cluster: a station relayed to another pair counts as followed there (it may not
+    /// follow) until the relay leaves, and a station that follows is not relayed; a station
+    /// another pair plays reaches its followers here from its relay, events and all, and its
+    /// controller here is told nothing (it has none).
+    @Test func relayedStationsCountAsFollowedAndReachTheirFollowers() async throws {
+        let store = SessionStore()
+        let (radio, one, other) = (try SessionID("radio"), try SessionID("one"), try SessionID("other"))
+        #expect(store.joinRemoteFollowers(radio) == nil)
+        #expect(throws: APIError.self) { try store.follow(radio, station: other) }
+        store.leaveRemoteFollowers(radio)
+        try store.follow(radio, station: other)
+        #expect(store.joinRemoteFollowers(radio) == other, "a station that follows is not relayed")
+        store.unfollow(radio)
+
+        // What the station's pair said becomes the follow's answer: a station that follows is a
+        // conflict, anything else the cluster's (a token refused: the pairs' secrets differ).
+        let follows = StationRelays.refusal(4409, "station_follows: radio follows x itself; follow x instead", radio)
+        #expect(follows.status == .conflict && follows.code == "station_follows" && follows.message == "radio follows x itself; follow x instead")
+        let secret = StationRelays.refusal(4401, "unauthorized: the token is not valid", radio)
+        #expect(secret.status == .serviceUnavailable && secret.code == "cluster_unavailable" && secret.message.contains("TONEARM_TOKEN_SECRET"))
+
+        let (events, continuation) = AsyncStream<WireEvent>.makeStream()
+        store.forwardEvents(to: continuation)
+        let loop = EmbeddedEventLoop()
+        let follower = Tagged(loop)
+        try store.follow(one, station: radio)
+        _ = store.subscribe(one, kind: .bot, sink: follower)
+        let ready = WireEvent(type: .ready, sessionID: radio, playID: 7)
+        store.relayStation(radio, .event(ready.jsonLine()), event: ready)
+        store.relayStation(radio, .audio(ByteBuffer(string: "r1")), event: nil)
+        loop.run()
+        #expect(follower.got.count == 2 && follower.got.last == "First:r1", "\(follower.got)")
+        #expect(store.hearing(of: radio)?.playID == 7, "what the station plays, for a relay that joins later")
+        continuation.finish()
+        var forwarded = 0
+        for await _ in events { forwarded += 1 }
+        #expect(forwarded == 0, "a relayed event reached a controller")
     }
 }

@@ -43,6 +43,13 @@ struct ClientConnections {
                 let frames = try await Self.admit(context.request, Self.framesPerMessage, outbound)
             else { return }
             guard try await servedHere(id, inbound: inbound, outbound: outbound, context: context) else { return }
+            // Another pair's Router relaying this session, a station, to its followers there.
+            if let refusal = StationRelays.join(context.request, id, store: store) {
+                try await outbound.close(.init(codeNumber: 4000 + refusal.status.code), reason: Self.closeReason(refusal))
+                return
+            }
+            let stationRelay = StationRelays.isRelay(context.request)
+            defer { if stationRelay { store.leaveRemoteFollowers(id) } }
             try await serve(id, kind: .browser, frames: frames, inbound: inbound, context: context)
         }
         router.ws("/bot") { request, _ in
@@ -167,6 +174,7 @@ struct ClientConnections {
             }
         }
         try await WebSocketSink.install(sink, in: channel)
+        let stationRelay = StationRelays.isRelay(context.request)
         // The state goes out first: it is queued on the client's loop before the subscription
         // can queue anything there, inside the controller so no change falls in between, and
         // with the session pinned so it cannot be released before the subscription holds it.
@@ -174,6 +182,8 @@ struct ClientConnections {
         let (controller, token, feed) = try await directory.using(id) { [store, batches] controller in
             let (token, feed) = await controller.withCurrentState { state -> (UInt64, FrameBatchFeed?) in
                 send(.event(state.json()), to: sink)
+                // A station relay is told first what its followers there hear now.
+                if stationRelay, let ready = store.hearing(of: id) { send(.event(ready.jsonLine()), to: sink) }
                 guard frames > 1 else { return (store.subscribe(id, kind: kind, sink: sink), nil) }
                 return (store.subscribe(id, kind: kind, client: sink), batches.attach(sink, to: id, variant: frames))
             }

@@ -25,8 +25,13 @@ actor SessionDirectory {
     private let browserPlays: Int?
     /// A new session's loudness normalisation (TONEARM_NORMALIZE).
     let normalizeByDefault: Bool
-    /// A pair of a cluster: stations are not offered (a station and its followers may be owned by different pairs).
+    /// A pair of a cluster: a station may play on another pair (`placeStation`).
     let clustered: Bool
+    /// In a cluster: where a station plays; when another pair plays it, its packets now come here
+    /// for its followers on this pair (StationRelays).
+    private(set) var placeStation: (@Sendable (SessionID) async throws(APIError) -> Placement)?
+
+    func onStations(_ body: @escaping @Sendable (SessionID) async throws(APIError) -> Placement) { placeStation = body }
     /// Sessions a browser token has commanded, and those let start a play lately (their play may
     /// still be resolving, so it does not show as active yet).
     private var browserSessions: Set<SessionID> = []
@@ -92,7 +97,10 @@ actor SessionDirectory {
         controllers[id] = controller
         store.register(id)
         // A follower stored so hears its station again.
-        if let station = stored?.following.flatMap({ try? SessionID($0) }) { try? store.follow(id, station: station) }
+        if let station = stored?.following.flatMap({ try? SessionID($0) }) {
+            try? store.follow(id, station: station)
+            if let placeStation { Task { _ = try? await placeStation(station) } }
+        }
         return controller
     }
 

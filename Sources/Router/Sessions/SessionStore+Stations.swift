@@ -16,20 +16,7 @@ extension SessionStore {
     /// nobody. Both are made known if they were not.
     func follow(_ id: SessionID, station: SessionID) throws(APIError) {
         let refusal = state.withLock { state -> APIError? in
-            if id == station {
-                // Well formed (the id is valid), but not a station for this session: a conflict.
-                return APIError(status: .conflict, code: "follows_itself", message: "a session cannot follow itself")
-            }
-            if let further = state.entries[station]?.station {
-                return APIError(
-                    status: .conflict, code: "station_follows",
-                    message: "\(station) follows \(further) itself; follow \(further) instead")
-            }
-            if let followers = state.entries[id]?.followers, !followers.isEmpty {
-                return APIError(
-                    status: .conflict, code: "session_followed",
-                    message: "\(followers.count) sessions follow \(id); a station cannot follow another")
-            }
+            if let refusal = Self.refusal(id, station, in: state) { return refusal }
             let previous = state.entries[id]?.station
             if previous == station { return nil }
             state.entries[station, default: Entry()].followers.insert(id)
@@ -50,6 +37,30 @@ extension SessionStore {
         if let refusal { throw refusal }
     }
 
+    /// Why `id` may not follow `station` as things are here, if it may not (a cluster's pair asks
+    /// before it looks for a station another pair plays; `follow` asks again).
+    func followRefusal(_ id: SessionID, station: SessionID) -> APIError? {
+        state.withLock { Self.refusal(id, station, in: $0) }
+    }
+
+    private static func refusal(_ id: SessionID, _ station: SessionID, in state: State) -> APIError? {
+        if id == station {
+            // Well formed (the id is valid), but not a station for this session: a conflict.
+            return APIError(status: .conflict, code: "follows_itself", message: "a session cannot follow itself")
+        }
+        if let further = state.entries[station]?.station {
+            return APIError(
+                status: .conflict, code: "station_follows", message: "\(station) follows \(further) itself; follow \(further) instead")
+        }
+        let followers = (state.entries[id]?.followers.count ?? 0) + (state.entries[id]?.remoteFollowers ?? 0)
+        guard followers == 0 else {
+            return APIError(
+                status: .conflict, code: "session_followed",
+                message: "\(followers) sessions (or pairs relaying it) follow \(id); a station cannot follow another")
+        }
+        return nil
+    }
+
     /// `id` follows no station any more: its clients hear its own frames again.
     func unfollow(_ id: SessionID) {
         state.withLock { state in
@@ -57,6 +68,33 @@ extension SessionStore {
             state.entries[id]!.station = nil
             Self.forget(id, station: station, in: &state)
         }
+    }
+
+    /// Another pair's Router relays `id` to its followers there: the station `id` follows, if it
+    /// does (the relay is refused: no chains); else counted until `leaveRemoteFollowers`, and `id`
+    /// may not follow meanwhile.
+    func joinRemoteFollowers(_ id: SessionID) -> SessionID? {
+        state.withLock { state in
+            if let further = state.entries[id]?.station { return further }
+            state.entries[id, default: Entry()].remoteFollowers += 1
+            return nil
+        }
+    }
+
+    func leaveRemoteFollowers(_ id: SessionID) {
+        state.withLock { state in
+            guard state.entries[id] != nil else { return }
+            state.entries[id]!.remoteFollowers = max(state.entries[id]!.remoteFollowers - 1, 0)
+        }
+    }
+
+    /// The `ready` of what `id` plays now (nil when nothing is heard).
+    func hearing(of id: SessionID) -> WireEvent? { state.withLock { $0.entries[id]?.hearing } }
+
+    /// A station another pair plays, relayed here (StationRelays): its packets and events reach
+    /// its followers' clients as its engine's would, and nothing else (no controller here).
+    func relayStation(_ id: SessionID, _ message: ClientMessage, event: WireEvent?) {
+        publish(id, message, event: event)
     }
 
     /// The station `id` follows, if any.

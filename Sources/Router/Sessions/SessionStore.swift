@@ -62,6 +62,8 @@ package final class SessionStore: Sendable {
         var followers: Set<SessionID> = []
         var fanLoops: [LoopGroup] = []
         var streamFollowers: [SessionID] = []
+        /// Routers of other pairs that relay this station to followers there (StationRelays).
+        var remoteFollowers = 0
     }
 
     /// The frames a session sent since its hand-over, kept for a short while: a client that
@@ -312,7 +314,7 @@ package final class SessionStore: Sendable {
         }
     }
 
-    private func publish(_ id: SessionID, _ message: ClientMessage, event: WireEvent?) {
+    func publish(_ id: SessionID, _ message: ClientMessage, event: WireEvent?) {
         var slow: [(Subscriber, String)] = []
         let loops = state.withLock { state -> [LoopGroup] in
             guard state.entries[id] != nil else {
