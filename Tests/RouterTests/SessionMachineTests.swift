@@ -56,6 +56,30 @@ import WireProtocol
         return machine
     }
 
+    /// A seek's answer sets the position; a `progress` or `resumed` the engine sent before the
+    /// seek and read after its answer does not take it back (a client would see the old
+    /// position), until the engine's `seeked` comes or a second has passed.
+    @Test func aSeekIsNotUndoneByAnEventSentBeforeIt() throws {
+        var machine = try playing("a.mp3", playID: 7)
+        let seek = try #require(calls(machine.handle(.command(.seek(positionMS: 5_000), request: 2, shuffleSeed: 0), now: start)).first)
+        _ = machine.handle(.answered(seek, .success(nil)), now: start)
+        #expect(machine.snapshot.positionMS == 5_000)
+        for type in [EventType.progress, .resumed] {
+            _ = machine.handle(.event(WireEvent(type: type, sessionID: id, playID: 7, positionMS: 1_000)), now: start + .milliseconds(50))
+            #expect(machine.snapshot.positionMS == 5_000, "a \(type) sent before the seek took it back")
+        }
+        _ = machine.handle(.event(WireEvent(type: .seeked, sessionID: id, playID: 7, positionMS: 5_000)), now: start + .milliseconds(60))
+        _ = machine.handle(.event(WireEvent(type: .progress, sessionID: id, playID: 7, positionMS: 5_500)), now: start + .milliseconds(500))
+        #expect(machine.snapshot.positionMS == 5_500, "after the engine's seeked, progress counts again")
+        // No seeked (a play replaced meanwhile, say): a second later progress counts again.
+        let again = try #require(calls(machine.handle(.command(.seek(positionMS: 9_000), request: 3, shuffleSeed: 0), now: start + .seconds(1))).first)
+        _ = machine.handle(.answered(again, .success(nil)), now: start + .seconds(1))
+        _ = machine.handle(.event(WireEvent(type: .progress, sessionID: id, playID: 7, positionMS: 6_000)), now: start + .milliseconds(1_500))
+        #expect(machine.snapshot.positionMS == 9_000)
+        _ = machine.handle(.event(WireEvent(type: .progress, sessionID: id, playID: 7, positionMS: 9_900)), now: start + .milliseconds(2_100))
+        #expect(machine.snapshot.positionMS == 9_900)
+    }
+
     @Test func aPlayIsResolvedThenStartedAndItsCallerAnsweredWhenTheEngineHasIt() throws {
         var machine = SessionMachine(id: id, snapshot: SessionSnapshot(), now: start)
         #expect(describe(machine.handle(.command(.play(url: "a.mp3"), request: 1, shuffleSeed: 0), now: start)) == ["resolve #1 a.mp3"])

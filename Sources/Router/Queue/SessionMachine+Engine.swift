@@ -144,6 +144,7 @@ extension SessionMachine {
             // Another command may have replaced the track meanwhile; the seek was for the old one.
             guard snapshot.queue.generation == generation else { return complete(origin, .success(()), &step) }
             setPosition(target, &step)
+            positionHeldUntil = step.now + .seconds(1)
         case .volume(let volume):
             snapshot.volume = volume
         case .filters(let filters):
@@ -210,11 +211,16 @@ extension SessionMachine {
             if action != .none { changed(&step) }
         case .progress, .seeked:
             guard current, let position = event.positionMS else { return nil }
+            if event.type == .seeked {
+                positionHeldUntil = nil
+            } else if let held = positionHeldUntil, step.now < held {
+                return nil
+            }
             setPosition(position, &step)
             if event.type == .seeked { changed(&step) } else { step.actions.append(.persist(snapshot)) }
         case .paused, .resumed:
             guard current else { return nil }
-            if let position = event.positionMS { setPosition(position, &step) }
+            if let position = event.positionMS, step.now >= positionHeldUntil ?? step.now { setPosition(position, &step) }
         case .volume:
             if let volume = event.volume, current { snapshot.volume = volume }
         default:

@@ -98,6 +98,10 @@ struct SessionMachine: Sendable {
     var snapshot: SessionSnapshot
     /// When `snapshot.positionMS` was last true; the position moves on from there while playing.
     var positionAt: ContinuousClock.Instant
+    /// Until when a position in the engine's `progress`, `paused` or `resumed` is not taken: a
+    /// seek was just answered, and such an event sent before it may still be on its way (the
+    /// engine's `seeked` ends the wait).
+    var positionHeldUntil: ContinuousClock.Instant?
     /// Engine play id → queue generation, for the plays started here.
     var plays: [UInt64: UInt64] = [:]
     var startsInFlight = 0
