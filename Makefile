@@ -102,8 +102,9 @@ test: deps-test
 
 ## The unit tests under ThreadSanitizer, then every end-to-end test against AddressSanitizer builds
 ## of both executables (docs/reliability.md). ThreadSanitizer instruments Tonearm's own modules
-## and tests (TONEARM_TSAN in Package.swift) on top of `make test`'s release build of the
-## dependencies, in `.build/release`: after `make test` it recompiles only Tonearm, and the next
+## and unit tests (TONEARM_TSAN in Package.swift; its package leaves out what it does not run) on
+## top of `make test`'s release build of the dependencies, in `.build/release`: after `make test`
+## it recompiles only Tonearm, and the next
 ## `make test` or `make run` recompiles it back (so CI runs it last). AddressSanitizer has its own
 ## build folder (.build-asan), every dependency built again: about 18 minutes on two cores. CI runs
 ## test-tsan; test-asan does not fit CI's time.

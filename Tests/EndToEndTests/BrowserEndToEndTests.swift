@@ -5,7 +5,7 @@ import Foundation
 import Testing
 import TestSupport
 
-@Suite(.serialized) struct BrowserEndToEndTests {
+@Suite struct BrowserEndToEndTests {
     static let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent()
 
