@@ -41,8 +41,8 @@ package enum RouterService {
         let relay = member.map { ClusterRelay(member: $0, http: HTTPClient.shared, logger: logger) }
         // Before any controller is made: each reads them once.
         if let member { await directory.onFull { id, snapshot in await member.moveForRoom(id, snapshot) } }
-        if let relay {
-            let stations = StationRelays(relay: relay, store: store, tokens: tokens, logger: logger)
+        let stations = relay.map { StationRelays(relay: $0, store: store, tokens: tokens, logger: logger) }
+        if let stations {
             await directory.onStations { station async throws(APIError) -> Placement in try await stations.attach(station) }
         }
         await directory.restore()
@@ -77,6 +77,7 @@ package enum RouterService {
         }
         api.clientAddress = ClientAddress(trustedProxies: configuration.trustedProxies)
         api.relay = relay
+        api.stations = stations
         let hls = HLSOutput(store: store)
         api.hls = hls
         let voice = VoiceConnections(

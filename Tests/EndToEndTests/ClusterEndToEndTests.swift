@@ -160,6 +160,10 @@ import Testing
         #expect(await eventually(timeout: .seconds(15)) { bots.allSatisfy { $0.audio().count >= 100 } }, "not every guild was heard")
         let cut = Set(try cluster.owners().filter { $0.value == "pair-0" }.map(\.key))
         #expect(cut.count >= 2, "pair 0 owns \(cut)")
+        // The Routers of pairs 1 and 2 count the bots they relay: at least those of pair 0's guilds.
+        var relayedClients = 0
+        for pair in cluster.pairs[1...] { relayedClients += try await ClusterStationEndToEndTests.relays(at: pair)[0] }
+        #expect(relayedClients >= cut.count && relayedClients <= bots.count, "pairs 1 and 2 relay \(relayedClients) clients")
 
         try runTool("ip", ["netns", "exec", namespace.name, "nft", "add", "table", "inet", "tonearm_cut"])
         try runTool(

@@ -66,6 +66,12 @@ import Testing
         let plays = await cluster.enginePlays()
         #expect(plays[0] == ["radio"] && plays[1] == [], "the engines play \(plays)")
         #expect(try await Self.clients(of: "radio", at: first) == 2, "the station's clients: its bot and one relay")
+        // Operators see the relay from both sides, in /health and /metrics.
+        #expect(try await Self.relays(at: second) == [0, 1, 0], "pair 1's Router: one station relayed here")
+        #expect(try await Self.relays(at: first) == [0, 0, 1], "pair 0's Router: one relay served")
+        let gauge = try await HTTPClientText.get(second.routerURL + "/metrics").split(separator: "\n")
+            .first { $0.hasPrefix("tonearm_router_station_relays ") }
+        #expect(gauge.flatMap { Double($0.split(separator: " ").last ?? "") } == 1, "pair 1's metrics: \(String(describing: gauge))")
 
         // The station is followed from pair 1: it may not follow another session.
         let chain = try await first.post(first.routerURL + "/api/sessions/radio/follow", #"{"station":"guild-b"}"#)
@@ -87,6 +93,9 @@ import Testing
             await eventually(timeout: .seconds(15)) {
                 (try? await Self.clients(of: "radio", at: first)) == 1
             }, "the relay stayed after its followers left")
+        #expect(
+            await eventually(timeout: .seconds(5)) { (try? await Self.relays(at: second)) == [0, 0, 0] },
+            "pair 1 still counts a relay after its followers left")
 
         // Following again, then the station's pair dies: the station is taken on by the
         // followers' pair (its stored state: playing), whose engine plays it there, and the
@@ -119,6 +128,13 @@ import Testing
         let after = await cluster.enginePlays()
         #expect(after[1] == ["radio"], "pair 1's engine plays \(after)")
         await cluster.stop()
+    }
+
+    /// What `pair`'s Router says it relays in `/health`: relayed clients, stations relayed here,
+    /// relays served.
+    static func relays(at pair: TonearmCluster) async throws -> [Int] {
+        let cluster = try await pair.getJSON(pair.routerURL + "/health")?["cluster"] as? [String: Any]
+        return ["relayed_clients", "station_relays", "station_relays_served"].map { cluster?[$0] as? Int ?? -1 }
     }
 
     /// The connected clients of `session` at `pair`'s Router (its listing's count).

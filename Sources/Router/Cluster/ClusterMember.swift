@@ -70,11 +70,20 @@ final class ClusterMember: Service, Sendable {
         var ok: Bool
         var fences: UInt64
         var takeovers: UInt64
+        /// The Router's relays (filled in by `/health`, which knows them): clients here whose
+        /// session plays on another pair; stations another pair plays that this Router relays to
+        /// its followers; other Routers' relays of the stations this pair plays.
+        var relayedClients = 0
+        var stationRelays = 0
+        var stationRelaysServed = 0
         enum CodingKeys: String, CodingKey {
             case pair, address, ok, fences, takeovers
             case ownedSessions = "owned_sessions"
             case leaseSeconds = "lease_seconds"
             case renewedSecondsAgo = "renewed_seconds_ago"
+            case relayedClients = "relayed_clients"
+            case stationRelays = "station_relays"
+            case stationRelaysServed = "station_relays_served"
         }
     }
 

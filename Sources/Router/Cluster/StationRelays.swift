@@ -51,6 +51,9 @@ final class StationRelays: Sendable {
 
     private let running = NIOLockedValueBox<[SessionID: Running]>([:])
 
+    /// The stations relayed to this Router now (`/health`, `/metrics`).
+    var count: Int { running.withLockedValue { $0.count } }
+
     init(relay: ClusterRelay, store: SessionStore, tokens: IdentityTokens, logger: Logger) {
         self.relay = relay
         self.store = store

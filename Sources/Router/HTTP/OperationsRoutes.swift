@@ -13,8 +13,9 @@ struct OperationsRoutes {
     let storage: PersistenceWriter?
     let startedAt: Date
     let recorder: RouterMetrics
-    /// In a cluster: this pair's membership.
-    var cluster: ClusterMember? = nil
+    /// In a cluster: this pair's membership, and what its Router relays.
+    var relay: ClusterRelay? = nil
+    var stations: StationRelays? = nil
 
     struct Health: ResponseEncodable {
         struct Engine: Codable {
@@ -85,7 +86,12 @@ struct OperationsRoutes {
             let status = link.status
             let counters = store.counters
             let stored = storage?.status ?? .init()
-            let membership = cluster?.report
+            var membership = relay?.member.report
+            if let relays {
+                membership?.relayedClients = relays.clients
+                membership?.stationRelays = relays.stations
+                membership?.stationRelaysServed = relays.served
+            }
             return Health(
                 status: status.connected && stored.ok && membership?.ok != false ? "ok" : "degraded", uptimeSeconds: Date().timeIntervalSince(startedAt),
                 engine: .init(
@@ -117,7 +123,14 @@ struct OperationsRoutes {
     func metrics() async -> [UInt8] {
         let reading = RouterMetrics.Reading(
             counters: store.counters, link: link.status, storage: storage?.status ?? .init(),
-            staleSessionsReleased: await directory.released, sessions: store.sessionCount, clients: store.clientsByKind)
+            staleSessionsReleased: await directory.released, sessions: store.sessionCount, clients: store.clientsByKind,
+            relays: relays ?? .init())
         return recorder.exposition(reading)
+    }
+
+    /// What this Router relays, in a cluster (nil outside one).
+    var relays: RouterMetrics.Relays? {
+        guard let relay else { return nil }
+        return .init(clients: relay.clients.count, stations: stations?.count ?? 0, served: store.remoteFollowerCount)
     }
 }

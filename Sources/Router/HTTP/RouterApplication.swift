@@ -25,6 +25,8 @@ struct RouterApplication {
     var clientAddress = ClientAddress(trustedProxies: TrustedProxies())
     /// In a cluster: forwards and relays what concerns sessions other pairs own.
     var relay: ClusterRelay? = nil
+    /// In a cluster: the stations other pairs play that this Router relays to its followers.
+    var stations: StationRelays? = nil
     /// The sessions' HLS segmenters, shared with `HLSFastPath` (nil: made here).
     var hls: HLSOutput? = nil
     /// The sessions' Discord voice connections (nil: made here, checked against the system's roots).
@@ -106,7 +108,7 @@ struct RouterApplication {
         clients.addRoutes(to: router)
         OperationsRoutes(
             store: store, directory: directory, link: link, storage: storage, startedAt: startedAt, recorder: metrics,
-            cluster: relay?.member
+            relay: relay, stations: stations
         ).addRoutes(to: router)
         routes.load(from: router)
         return router

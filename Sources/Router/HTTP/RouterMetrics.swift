@@ -17,6 +17,17 @@ final class RouterMetrics: Sendable {
         var staleSessionsReleased: UInt64
         var sessions: Int
         var clients: [ClientKind: Int]
+        var relays = Relays()
+    }
+
+    /// What a Router of a cluster relays (all 0 outside one).
+    struct Relays: Sendable {
+        /// Clients here whose session plays on another pair.
+        var clients = 0
+        /// Stations another pair plays, relayed here to their followers (one upstream each).
+        var stations = 0
+        /// Other Routers' relays of the stations played here.
+        var served = 0
     }
 
     private let registry = PrometheusCollectorRegistry()
@@ -33,6 +44,9 @@ final class RouterMetrics: Sendable {
     private let storageOK: CoreMetrics.Gauge
     private let storageUnsaved: CoreMetrics.Gauge
     private let storageFailures: CoreMetrics.Counter
+    private let relayedClients: CoreMetrics.Gauge
+    private let stationRelays: CoreMetrics.Gauge
+    private let stationRelaysServed: CoreMetrics.Gauge
     /// The counter values the metrics hold, as of the last scrape.
     private let recorded = Mutex<[String: UInt64]>([:])
 
@@ -51,6 +65,9 @@ final class RouterMetrics: Sendable {
         "tonearm_router_storage_ok": "1 while sessions are stored as they change; 0 while the disk refuses writes (full, read-only).",
         "tonearm_router_storage_unsaved_sessions": "Sessions whose newest state waits to be stored.",
         "tonearm_router_storage_write_failures_total": "Writes of session state the disk refused (each is tried again).",
+        "tonearm_router_relayed_clients": "In a cluster: clients here whose session plays on another pair.",
+        "tonearm_router_station_relays": "In a cluster: stations another pair plays, relayed here to their followers (one upstream each).",
+        "tonearm_router_station_relays_served": "In a cluster: other Routers' relays of the stations played here.",
     ])
 
     init() {
@@ -73,6 +90,9 @@ final class RouterMetrics: Sendable {
         storageOK = CoreMetrics.Gauge(label: "tonearm_router_storage_ok", factory: factory)
         storageUnsaved = CoreMetrics.Gauge(label: "tonearm_router_storage_unsaved_sessions", factory: factory)
         storageFailures = CoreMetrics.Counter(label: "tonearm_router_storage_write_failures_total", factory: factory)
+        relayedClients = CoreMetrics.Gauge(label: "tonearm_router_relayed_clients", factory: factory)
+        stationRelays = CoreMetrics.Gauge(label: "tonearm_router_station_relays", factory: factory)
+        stationRelaysServed = CoreMetrics.Gauge(label: "tonearm_router_station_relays_served", factory: factory)
     }
 
     /// Records `reading` and answers the Prometheus text exposition.
@@ -82,6 +102,9 @@ final class RouterMetrics: Sendable {
         engineConnected.record(reading.link.connected ? 1 : 0)
         storageOK.record(reading.storage.ok ? 1 : 0)
         storageUnsaved.record(reading.storage.unsaved)
+        relayedClients.record(reading.relays.clients)
+        stationRelays.record(reading.relays.stations)
+        stationRelaysServed.record(reading.relays.served)
         recorded.withLock { recorded in
             func advance(_ counter: CoreMetrics.Counter, _ key: String, to value: UInt64) {
                 let last = recorded[key] ?? 0

@@ -15,6 +15,12 @@ extension SessionStore {
         var framesRouted: UInt64 = 0
     }
 
+    /// Other Routers' relays of the stations this Router's sessions are (each counts once per
+    /// station it follows, however many followers stand behind it).
+    var remoteFollowerCount: Int {
+        state.withLock { state in state.entries.values.reduce(0) { $0 + $1.remoteFollowers } }
+    }
+
     /// One client, as `/health/session/{id}` shows it.
     struct ClientInfo: Sendable, Codable {
         var kind: ClientKind
