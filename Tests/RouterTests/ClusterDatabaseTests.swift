@@ -1,6 +1,7 @@
 // The cluster's statements against a real PostgreSQL (Debian's, started by the test): how far a
 // session taken over played after its last checkpoint, when a pair's heartbeats count as steady,
-// and a statement past its deadline given up without holding the next one.
+// a statement past its deadline given up without holding the next one, and placements made at
+// once from several pairs spread over them.
 import Foundation
 import Logging
 import PostgresNIO
@@ -105,6 +106,31 @@ import WireProtocol
                 return
             }
             #expect(pairsSeen.isEmpty && ContinuousClock.now - started < .seconds(2))
+        }
+    }
+    /// Sessions placed at once from three pairs spread over them as if placed one by one: each
+    /// placement reads the counts under the lock every placement queues for. (Read outside it,
+    /// each saw the same counts: six guilds placed at once from three pairs went 4/2/0 and 5/1/0
+    /// in ClusterEndToEndTests.)
+    @Test(.enabled(if: postgresInstalled)) func sessionsPlacedAtOnceFromSeveralPairsSpreadOverThem() async throws {
+        try await withPairs(["a", "b", "c"]) { pairs in
+            for pair in pairs { _ = try await pair.round(beat(pair.pairID), lease: .seconds(5), gap: .seconds(1), within: .seconds(2)) }
+            let placed = try await withThrowingTaskGroup(of: String.self) { group in
+                for index in 0..<12 {
+                    let pair = pairs[index % pairs.count]
+                    group.addTask {
+                        let id = try SessionID("guild-\(index)")
+                        let (target, epoch) = try await pair.placing(id, pairsWithin: .seconds(5), steadyFor: .zero, lease: .seconds(5)) {
+                            _, live in
+                            let best = LoadScore.best(of: live, for: id.description)?.id
+                            return (best, best)
+                        }
+                        return epoch == nil ? "none" : target ?? "none"
+                    }
+                }
+                return try await group.reduce(into: [String: Int]()) { counts, target in counts[target, default: 0] += 1 }
+            }
+            #expect(placed == ["a": 4, "b": 4, "c": 4], "placed: \(placed)")
         }
     }
 }

@@ -118,28 +118,30 @@ struct ClusterDatabase: Sendable {
     /// holds a lease on now (counted from the sessions, so a placement just made counts at once),
     /// and whether its heartbeats have come steadily for `steadyFor`.
     func livePairs(within: Duration, steadyFor: Duration) async throws -> [Pair] {
+        try await run { connection, logger in try await Self.livePairs(within: within, steadyFor: steadyFor, on: connection, logger: logger) }
+    }
+
+    static func livePairs(within: Duration, steadyFor: Duration, on connection: PostgresConnection, logger: Logger) async throws -> [Pair] {
         let (seconds, steadySeconds) = (Self.seconds(within), Self.seconds(steadyFor))
-        return try await run { connection, logger in
-            let rows = try await connection.query(
-                """
-                SELECT p.id, p.address,
-                    (SELECT count(*)::integer FROM tonearm_session s WHERE s.owner = p.id AND s.lease_until > clock_timestamp()),
-                    p.max_sessions, p.load, p.late_frames, p.draining, p.admitting,
-                    coalesce(p.steady_since <= clock_timestamp() - make_interval(secs => \(steadySeconds)), false)
-                FROM tonearm_pair p
-                WHERE p.seen_at > clock_timestamp() - make_interval(secs => \(seconds))
-                """, logger: logger)
-            var pairs: [Pair] = []
-            for try await (id, address, sessions, maxSessions, load, late, draining, admitting, steady) in rows.decode(
-                (String, String, Int, Int, Double, Int, Bool, Bool, Bool).self)
-            {
-                pairs.append(
-                    Pair(
-                        id: id, address: address, sessions: sessions, maxSessions: maxSessions, load: load, lateFrames: late,
-                        draining: draining, admitting: admitting, steady: steady))
-            }
-            return pairs
+        let rows = try await connection.query(
+            """
+            SELECT p.id, p.address,
+                (SELECT count(*)::integer FROM tonearm_session s WHERE s.owner = p.id AND s.lease_until > clock_timestamp()),
+                p.max_sessions, p.load, p.late_frames, p.draining, p.admitting,
+                coalesce(p.steady_since <= clock_timestamp() - make_interval(secs => \(steadySeconds)), false)
+            FROM tonearm_pair p
+            WHERE p.seen_at > clock_timestamp() - make_interval(secs => \(seconds))
+            """, logger: logger)
+        var pairs: [Pair] = []
+        for try await (id, address, sessions, maxSessions, load, late, draining, admitting, steady) in rows.decode(
+            (String, String, Int, Int, Double, Int, Bool, Bool, Bool).self)
+        {
+            pairs.append(
+                Pair(
+                    id: id, address: address, sessions: sessions, maxSessions: maxSessions, load: load, lateFrames: late,
+                    draining: draining, admitting: admitting, steady: steady))
         }
+        return pairs
     }
 
     /// Forgets this pair (a clean stop): the others need not wait for its heartbeat to age.
@@ -155,15 +157,17 @@ struct ClusterDatabase: Sendable {
 
     /// The session's ownership, nil when it was never stored.
     func ownership(of id: SessionID) async throws -> Ownership? {
-        try await run { connection, logger in
-            let rows = try await connection.query(
-                "SELECT owner, epoch, lease_until > clock_timestamp() FROM tonearm_session WHERE id = \(id.description)",
-                logger: logger)
-            for try await (owner, epoch, live) in rows.decode((String?, Int64, Bool).self) {
-                return Ownership(owner: owner, epoch: epoch, live: live)
-            }
-            return nil
+        try await run { connection, logger in try await Self.ownership(of: id, on: connection, logger: logger) }
+    }
+
+    static func ownership(of id: SessionID, on connection: PostgresConnection, logger: Logger) async throws -> Ownership? {
+        let rows = try await connection.query(
+            "SELECT owner, epoch, lease_until > clock_timestamp() FROM tonearm_session WHERE id = \(id.description)",
+            logger: logger)
+        for try await (owner, epoch, live) in rows.decode((String?, Int64, Bool).self) {
+            return Ownership(owner: owner, epoch: epoch, live: live)
         }
+        return nil
     }
 
     /// Gives the session to `pair` with a new epoch and a lease of `lease`, if its ownership is
@@ -172,30 +176,38 @@ struct ClusterDatabase: Sendable {
     /// Late, it matches nothing: the epoch it expects has moved on, or it gives a lease nobody
     /// else held.
     func assign(_ id: SessionID, to pair: String, expected: Ownership?, lease: Duration, snapshot: String) async throws -> Int64? {
-        let (me, seconds) = (pairID, Self.seconds(lease))
+        let me = pairID
         return try await run { connection, logger in
-            let rows: PostgresRowSequence
-            if let expected {
-                rows = try await connection.query(
-                    """
-                    UPDATE tonearm_session SET owner = \(pair), epoch = epoch + 1,
-                        lease_until = clock_timestamp() + make_interval(secs => \(seconds))
-                    WHERE id = \(id.description) AND epoch = \(expected.epoch)
-                        AND (lease_until <= clock_timestamp() OR owner IS NULL OR owner = \(me))
-                    RETURNING epoch
-                    """, logger: logger)
-            } else {
-                rows = try await connection.query(
-                    """
-                    INSERT INTO tonearm_session (id, snapshot, owner, epoch, lease_until, stored_epoch)
-                    VALUES (\(id.description), \(snapshot), \(pair), 1, clock_timestamp() + make_interval(secs => \(seconds)), 1)
-                    ON CONFLICT (id) DO NOTHING
-                    RETURNING epoch
-                    """, logger: logger)
-            }
-            for try await epoch in rows.decode(Int64.self) { return epoch }
-            return nil
+            try await Self.assign(id, to: pair, expected: expected, lease: lease, snapshot: snapshot, me: me, on: connection, logger: logger)
         }
+    }
+
+    static func assign(
+        _ id: SessionID, to pair: String, expected: Ownership?, lease: Duration, snapshot: String, me: String,
+        on connection: PostgresConnection, logger: Logger
+    ) async throws -> Int64? {
+        let seconds = Self.seconds(lease)
+        let rows: PostgresRowSequence
+        if let expected {
+            rows = try await connection.query(
+                """
+                UPDATE tonearm_session SET owner = \(pair), epoch = epoch + 1,
+                    lease_until = clock_timestamp() + make_interval(secs => \(seconds))
+                WHERE id = \(id.description) AND epoch = \(expected.epoch)
+                    AND (lease_until <= clock_timestamp() OR owner IS NULL OR owner = \(me))
+                RETURNING epoch
+                """, logger: logger)
+        } else {
+            rows = try await connection.query(
+                """
+                INSERT INTO tonearm_session (id, snapshot, owner, epoch, lease_until, stored_epoch)
+                VALUES (\(id.description), \(snapshot), \(pair), 1, clock_timestamp() + make_interval(secs => \(seconds)), 1)
+                ON CONFLICT (id) DO NOTHING
+                RETURNING epoch
+                """, logger: logger)
+        }
+        for try await epoch in rows.decode(Int64.self) { return epoch }
+        return nil
     }
 
     /// A session whose owner's lease ran out while it was playing or paused.

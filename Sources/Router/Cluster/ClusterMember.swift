@@ -108,9 +108,17 @@ final class ClusterMember: Service, Sendable {
         await firstRound()
         for _ in 0..<3 {
             do {
-                let ownership = try await database.ownership(of: id)
-                let pairs = try await database.livePairs(within: settings.pairTimeout, steadyFor: settings.lease)
-                switch machine.withLock({ $0.placing(ownership, pairs: pairs, for: id, at: .now) }) {
+                // Read, decided and assigned under the placement lock (ClusterDatabase+Placement);
+                // an empty snapshot: the owner starts it with its own defaults (TONEARM_NORMALIZE).
+                let sent = ContinuousClock.now
+                let (placing, assigned) = try await database.placing(
+                    id, pairsWithin: settings.pairTimeout, steadyFor: settings.lease, lease: settings.lease
+                ) { ownership, pairs in
+                    let placing = self.machine.withLock { $0.placing(ownership, pairs: pairs, for: id, at: .now) }
+                    guard case .assign(let pair) = placing else { return (placing, nil) }
+                    return (placing, pair.id)
+                }
+                switch placing {
                 case .remote(let address):
                     return .remote(address)
                 case .unavailable(let why):
@@ -119,13 +127,8 @@ final class ClusterMember: Service, Sendable {
                     if await take(id, epoch: epoch, sent: .now) { return .local }
                     throw Self.unavailable("this pair cannot renew its leases at the moment; the session moves within seconds")
                 case .assign(let pair):
-                    let sent = ContinuousClock.now
-                    // An empty snapshot: the owner starts it with its own defaults (TONEARM_NORMALIZE).
-                    guard let epoch = try await database.assign(id, to: pair.id, expected: ownership, lease: settings.lease, snapshot: "")
-                    else { continue }  // another pair placed it first: look again
-                    logger.info(
-                        "placed a session a client asked for",
-                        metadata: ["session.id": "\(id)", "to": "\(pair.id)", "epoch": "\(epoch)", "was": "\(ownership?.owner ?? "-")"])
+                    guard let epoch = assigned else { continue }  // another path changed it first: look again
+                    logger.info("placed a session a client asked for", metadata: ["session.id": "\(id)", "to": "\(pair.id)", "epoch": "\(epoch)"])
                     guard pair.id == settings.pairID else { return .remote(pair.address) }
                     if await take(id, epoch: epoch, sent: sent) { return .local }
                     throw Self.unavailable("this pair cannot renew its leases at the moment; the session moves within seconds")
