@@ -114,14 +114,17 @@ import WireProtocol
     /// in ClusterEndToEndTests.)
     @Test(.enabled(if: postgresInstalled)) func sessionsPlacedAtOnceFromSeveralPairsSpreadOverThem() async throws {
         try await withPairs(["a", "b", "c"]) { pairs in
-            for pair in pairs { _ = try await pair.round(beat(pair.pairID), lease: .seconds(5), gap: .seconds(1), within: .seconds(2)) }
+            for pair in pairs {
+                _ = try await pair.round(beat(pair.pairID), lease: .seconds(5), gap: .seconds(1), within: .seconds(2))
+            }
             let placed = try await withThrowingTaskGroup(of: String.self) { group in
                 for index in 0..<12 {
                     let pair = pairs[index % pairs.count]
                     group.addTask {
                         let id = try SessionID("guild-\(index)")
-                        let (target, epoch) = try await pair.placing(id, pairsWithin: .seconds(5), steadyFor: .zero, lease: .seconds(5)) {
-                            _, live in
+                        let (target, epoch) = try await pair.placing(
+                            id, pairsWithin: .seconds(5), steadyFor: .zero, lease: .seconds(5)
+                        ) { _, live in
                             let best = LoadScore.best(of: live, for: id.description)?.id
                             return (best, best)
                         }

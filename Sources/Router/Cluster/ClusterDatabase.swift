@@ -118,10 +118,14 @@ struct ClusterDatabase: Sendable {
     /// holds a lease on now (counted from the sessions, so a placement just made counts at once),
     /// and whether its heartbeats have come steadily for `steadyFor`.
     func livePairs(within: Duration, steadyFor: Duration) async throws -> [Pair] {
-        try await run { connection, logger in try await Self.livePairs(within: within, steadyFor: steadyFor, on: connection, logger: logger) }
+        try await run { connection, logger in
+            try await Self.livePairs(within: within, steadyFor: steadyFor, on: connection, logger: logger)
+        }
     }
 
-    static func livePairs(within: Duration, steadyFor: Duration, on connection: PostgresConnection, logger: Logger) async throws -> [Pair] {
+    static func livePairs(
+        within: Duration, steadyFor: Duration, on connection: PostgresConnection, logger: Logger
+    ) async throws -> [Pair] {
         let (seconds, steadySeconds) = (Self.seconds(within), Self.seconds(steadyFor))
         let rows = try await connection.query(
             """
@@ -178,7 +182,8 @@ struct ClusterDatabase: Sendable {
     func assign(_ id: SessionID, to pair: String, expected: Ownership?, lease: Duration, snapshot: String) async throws -> Int64? {
         let me = pairID
         return try await run { connection, logger in
-            try await Self.assign(id, to: pair, expected: expected, lease: lease, snapshot: snapshot, me: me, on: connection, logger: logger)
+            try await Self.assign(
+                id, to: pair, expected: expected, lease: lease, snapshot: snapshot, me: me, on: connection, logger: logger)
         }
     }
 

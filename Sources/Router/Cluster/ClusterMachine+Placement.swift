@@ -66,27 +66,12 @@ extension ClusterMachine {
 
     // MARK: Rebalancing
 
-    /// A pair that owns at least `rebalanceMargin` more sessions than the least loaded other pair
-    /// (one that came back, or joined) gives it half the difference, a few at a time, each at a
-    /// moment as a drain does: nobody hears the move. Sessions taken in the last
-    /// `rebalanceSettle` stay, so a session does not bounce between pairs.
-    static let rebalanceMargin = 2
-    static let rebalanceBatch = 4
-    static let rebalanceSettle: Duration = .seconds(10)
-
-    /// How many sessions to move now, which may go (those not taken lately, in a fixed order;
-    /// the ones not being heard are passed over), and where; nil: none. Only a steady pair is
-    /// given any: one just back from a cut may not renew what it is given.
+    /// How many sessions to move now, which may go and where (`Rebalancing`); nil: none.
     static func rebalancing(
-        owned: [SessionID: ContinuousClock.Instant], pairs: [ClusterDatabase.Pair], me: String, now: ContinuousClock.Instant
+        owned: [SessionID: ContinuousClock.Instant], pairs: [ClusterDatabase.Pair], me: String, now: ContinuousClock.Instant,
+        lastMove: ContinuousClock.Instant? = nil
     ) -> (count: Int, candidates: [SessionID], target: ClusterDatabase.Pair)? {
-        let others = pairs.filter { $0.id != me && !$0.draining && $0.sessions < $0.maxSessions && $0.steady }
-        guard let least = others.min(by: { ($0.sessions, $0.id) < ($1.sessions, $1.id) }),
-            owned.count - least.sessions >= rebalanceMargin
-        else { return nil }
-        let count = min((owned.count - least.sessions) / 2, rebalanceBatch, least.maxSessions - least.sessions)
-        let settled = owned.filter { now - $0.value >= rebalanceSettle }.map(\.key).sorted { $0.description < $1.description }
-        return settled.isEmpty ? nil : (count, settled, least)
+        Rebalancing.plan(owned: owned, pairs: pairs, me: me, now: now, lastMove: lastMove).map { ($0.count, $0.candidates, $0.target) }
     }
 
     /// How far ahead a hand-over's moment is set: time for the taking pair's next round (it learns

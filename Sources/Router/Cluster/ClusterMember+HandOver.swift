@@ -12,9 +12,10 @@ extension ClusterMember {
     static let handOverLeadMS = ClusterMachine.handOverLeadMS
 
     static func rebalancing(
-        owned: [SessionID: ContinuousClock.Instant], pairs: [ClusterDatabase.Pair], me: String, now: ContinuousClock.Instant
+        owned: [SessionID: ContinuousClock.Instant], pairs: [ClusterDatabase.Pair], me: String, now: ContinuousClock.Instant,
+        lastMove: ContinuousClock.Instant? = nil
     ) -> (count: Int, candidates: [SessionID], target: ClusterDatabase.Pair)? {
-        ClusterMachine.rebalancing(owned: owned, pairs: pairs, me: me, now: now)
+        ClusterMachine.rebalancing(owned: owned, pairs: pairs, me: me, now: now, lastMove: lastMove)
     }
 
     /// Hands every session this pair owns to the others, and takes no new ones. A session being
@@ -172,16 +173,20 @@ extension ClusterMember {
         }
     }
 
-    /// One rebalancing step: moves sessions to the least loaded steady pair while the rounds go
+    /// One rebalancing step: moves sessions to the pair `Rebalancing` picks while the rounds go
     /// on (the moves' moment is 1.5 s ahead). A pair that cannot prove its leases moves nothing.
     private func rebalance(with pairs: [ClusterDatabase.Pair]) async {
         let (owned, ready) = machine.withLock { ($0.owned.mapValues(\.since), !$0.draining && $0.mayPlay(at: .now)) }
-        guard ready, let plan = ClusterMachine.rebalancing(owned: owned, pairs: pairs, me: settings.pairID, now: .now) else { return }
+        guard ready,
+            let plan = ClusterMachine.rebalancing(
+                owned: owned, pairs: pairs, me: settings.pairID, now: .now, lastMove: lastRebalance.withLock { $0 })
+        else { return }
         let moves = await scheduleMoves(plan.candidates, to: [plan.target], limit: plan.count)
         if let directory {
             for id in moves.letGo { await directory.drop(id) }
         }
         guard !moves.ids.isEmpty else { return }
+        lastRebalance.withLock { $0 = .now }
         logger.notice("moving sessions to a less loaded pair", metadata: ["sessions": "\(moves.ids.count)", "to": "\(plan.target.id)"])
         await finishMoves(moves)
     }

@@ -25,6 +25,8 @@ final class ClusterMember: Service, Sendable {
     private let loadReader = Mutex<(@Sendable () -> LoadReport?)?>(nil)
     /// Where the engine's fence goes (nil: nowhere, in tests without an engine).
     private let fenceSender = Mutex<(@Sendable (Fence) async -> Void)?>(nil)
+    /// When this pair last moved sessions to rebalance (its loads may not show it yet).
+    let lastRebalance = Mutex<ContinuousClock.Instant?>(nil)
 
     init(settings: ClusterSettings, hosts: DatabaseHosts, logger: Logger) {
         self.settings = settings

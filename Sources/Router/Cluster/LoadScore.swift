@@ -6,8 +6,16 @@ import Foundation
 
 enum LoadScore {
     static func score(_ pair: ClusterDatabase.Pair) -> Double {
-        let cpu = pow(1.05, 100 * min(max(pair.load, 0), 2)) * 10 - 10
-        return Double(pair.sessions) + cpu + Double(pair.lateFrames) / 30
+        score(sessions: Double(pair.sessions), load: pair.load, lateFrames: Double(pair.lateFrames))
+    }
+
+    static func score(sessions: Double, load: Double, lateFrames: Double) -> Double {
+        sessions + cpuPenalty(load) + lateFrames / 30
+    }
+
+    /// The CPU term: 0 when idle, 6.3 at a tenth of the budget, 105 at half, 1,305 at all of it.
+    static func cpuPenalty(_ load: Double) -> Double {
+        pow(1.05, 100 * min(max(load, 0), 2)) * 10 - 10
     }
 
     /// The pair to give `session` to. Equal scores are common (pairs start empty, placements
