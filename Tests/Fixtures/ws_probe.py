@@ -102,7 +102,19 @@ def record(url, seconds, out):
     sock, upgraded = connect(url)
     if not upgraded:
         sys.exit("no WebSocket upgrade")
-    packets = [payload for opcode, payload in frames(sock, time.monotonic() + seconds) if opcode == 2]
+    packets, seen = [], []
+    for opcode, payload in frames(sock, time.monotonic() + seconds):
+        if opcode == 2:
+            packets.append(payload)
+        elif opcode == 8:
+            code = struct.unpack(">H", payload[:2])[0] if len(payload) >= 2 else "-"
+            seen.append(f"close {code} {payload[2:].decode(errors='replace')}")
+        elif opcode == 1:
+            seen.append(payload[:200].decode(errors="replace"))
+        elif opcode is None:
+            seen.append("the connection ended")
+    if len(packets) < seconds * 40:  # under 80 % of the frames: say what came instead
+        print(f"{len(packets)} frames; last seen: " + " | ".join(seen[-3:]), file=sys.stderr)
     with open(out, "wb") as f:
         f.write(ogg_page(b"OpusHead" + struct.pack("<BBHIhB", 1, 2, 312, 48000, 0, 0), 0, 0, 2))
         f.write(ogg_page(b"OpusTags" + struct.pack("<I", 5) + b"probe" + struct.pack("<I", 0), 1, 0, 0))
