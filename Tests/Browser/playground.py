@@ -395,9 +395,14 @@ def plain_http(browser, url, _):
     check(not page.is_visible("#fallback-audio"), "no second player to find and press")
     play(page, "tone-440.mp3")
     check(hears(page, 440), "one press of Play now is heard: 440 Hz")
-    loud = page.evaluate("tonearm.rms(0.2)")
     # The tone (about −6 LUFS) is normalised to −14 LUFS: a sine of rms 0.14 or so, not 0.35.
-    check(loud > 0.1, f"at full level, normalised (rms {loud:.3f})")
+    # The first 0.2 s heard may still hold the start of the tone (a CI run measured 0.066 right
+    # after the 440 Hz was found), so the level is the one the tone settles at.
+    levels = []
+    def settled():
+        levels.append(page.evaluate("tonearm.rms(0.2)"))
+        return 0.1 < levels[-1] < 0.25
+    check(wait(settled, 3), f"at full level, normalised (rms {levels[-1]:.3f} at the last of {len(levels)} looks)")
     page.click("#toggle")
     check(wait(lambda: status(page) == "paused", 3), "the page's pause button pauses")
     check(wait(lambda: page.evaluate("tonearm.rms(0.1)") < 0.01, 3), "and it falls silent")
