@@ -20,6 +20,9 @@ import base64, json, os, socket, ssl, struct, subprocess, sys, time
 from urllib.parse import urlparse
 
 
+last_head = b""  # the last handshake's answer, for a refusal's message
+
+
 def connect(url, rcvbuf=None, timeout=None):
     """A WebSocket handshake; `timeout` bounds the connection and the handshake (a host cut off
     answers neither)."""
@@ -42,7 +45,27 @@ def connect(url, rcvbuf=None, timeout=None):
             break
         head += chunk
     sock.settimeout(None)
+    global last_head
+    last_head = head
     return sock, head.startswith(b"HTTP/1.1 101")
+
+
+def upgrade_refusal(sock):
+    """What came instead of 101 Switching Protocols: the status line and the body's last line
+    (a balancer's 502, a Router's JSON error), or that nothing came."""
+    sock.settimeout(1)
+    rest = last_head.split(b"\r\n\r\n", 1)[-1] if b"\r\n\r\n" in last_head else b""
+    status = last_head.split(b"\r\n", 1)[0].decode(errors="replace")
+    try:
+        while len(rest) < 400:
+            chunk = sock.recv(400)
+            if not chunk:
+                break
+            rest += chunk
+    except OSError:
+        pass
+    body = [line for line in rest.decode(errors="replace").splitlines() if line.strip()]
+    return " / ".join([status] + body[-1:]) if status else "the connection ended before any answer"
 
 
 def frames(sock, deadline, silence=None):
@@ -101,7 +124,7 @@ def ogg_page(packet, sequence, granule, flags):
 def record(url, seconds, out):
     sock, upgraded = connect(url)
     if not upgraded:
-        sys.exit("no WebSocket upgrade")
+        sys.exit("no WebSocket upgrade: " + upgrade_refusal(sock))
     packets, seen = [], []
     for opcode, payload in frames(sock, time.monotonic() + seconds):
         if opcode == 2:
