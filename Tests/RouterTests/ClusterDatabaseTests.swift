@@ -136,4 +136,29 @@ import WireProtocol
             #expect(placed == ["a": 4, "b": 4, "c": 4], "placed: \(placed)")
         }
     }
+
+    /// A pair's own session whose lease ran out, read so by one of its placements, and renewed by
+    /// its own round before that placement writes: the placement's assignment to another pair
+    /// must find the session live again and change nothing. (It did: `owner = me` let it through,
+    /// the round resumed the guild here, the assignment gave it to another pair, and both played
+    /// it until the next round, once in nine runs of the database failover with 60 guilds.)
+    @Test(.enabled(if: postgresInstalled)) func aPlacementDoesNotGiveAwayASessionItsOwnPairRenewedMeanwhile() async throws {
+        try await withPairs(["a", "b"]) { pairs in
+            let (a, b) = (pairs[0], pairs[1])
+            let id = try SessionID("guild")
+            let lease = Duration.milliseconds(400)
+            for pair in pairs { _ = try await pair.round(beat(pair.pairID), lease: lease, gap: .seconds(1), within: .seconds(2)) }
+            let epoch = try #require(try await a.assign(id, to: "a", expected: nil, lease: lease, snapshot: ""))
+            #expect(try await a.store(id, json: "{}", active: true, epoch: epoch))
+            try await Task.sleep(for: .milliseconds(600))
+            let read = try #require(try await a.ownership(of: id))
+            #expect(!read.live && read.owner == "a")
+            // Pair a's round renews what is still its own, then its placement writes what it decided.
+            #expect(try await a.round(beat("a"), lease: .seconds(5), gap: .seconds(1), within: .seconds(2))[id] == epoch)
+            let given = try await a.assign(id, to: "b", expected: read, lease: .seconds(5), snapshot: "")
+            #expect(given == nil, "the session went to b at epoch \(given ?? 0) while a's lease on it was live")
+            let after = try #require(try await b.ownership(of: id))
+            #expect(after.owner == "a" && after.epoch == epoch && after.live, "\(after)")
+        }
+    }
 }

@@ -26,7 +26,6 @@ extension ClusterDatabase {
         _ id: SessionID, pairsWithin: Duration, steadyFor: Duration, lease: Duration,
         decide: @escaping @Sendable (Ownership?, [Pair]) -> (decision: Decision, assignTo: String?)
     ) async throws -> (decision: Decision, epoch: Int64?) {
-        let me = pairID
         return try await run { connection, logger in
             try await connection.withTransaction(logger: logger) { connection in
                 try await connection.query(
@@ -41,8 +40,7 @@ extension ClusterDatabase {
                 let (decision, target) = decide(ownership, pairs)
                 guard let target else { return (decision, nil) }
                 let epoch = try await Self.assign(
-                    id, to: target, expected: ownership, lease: lease, snapshot: "", me: me, on: connection,
-                    logger: logger)
+                    id, to: target, expected: ownership, lease: lease, snapshot: "", on: connection, logger: logger)
                 return (decision, epoch)
             }
         }

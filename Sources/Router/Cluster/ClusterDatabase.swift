@@ -175,20 +175,20 @@ struct ClusterDatabase: Sendable {
     }
 
     /// Gives the session to `pair` with a new epoch and a lease of `lease`, if its ownership is
-    /// still `expected` (and its lease over, unless `expected` is this pair's own). Answers the new
-    /// epoch, or nil when another pair changed it first. A session never stored gets its row.
-    /// Late, it matches nothing: the epoch it expects has moved on, or it gives a lease nobody
-    /// else held.
+    /// still `expected` and its lease still over (or it has no owner). Answers the new epoch, or
+    /// nil when another pair changed it first. A session never stored gets its row. Late, it
+    /// matches nothing: the epoch it expects has moved on, or it gives a lease nobody else held.
+    /// A lease its owner renewed after `expected` was read is live, even when the owner is the
+    /// pair assigning: its own round may have taken the session back meanwhile (it did, and the
+    /// session was then played by two pairs until the next round).
     func assign(_ id: SessionID, to pair: String, expected: Ownership?, lease: Duration, snapshot: String) async throws -> Int64? {
-        let me = pairID
-        return try await run { connection, logger in
-            try await Self.assign(
-                id, to: pair, expected: expected, lease: lease, snapshot: snapshot, me: me, on: connection, logger: logger)
+        try await run { connection, logger in
+            try await Self.assign(id, to: pair, expected: expected, lease: lease, snapshot: snapshot, on: connection, logger: logger)
         }
     }
 
     static func assign(
-        _ id: SessionID, to pair: String, expected: Ownership?, lease: Duration, snapshot: String, me: String,
+        _ id: SessionID, to pair: String, expected: Ownership?, lease: Duration, snapshot: String,
         on connection: PostgresConnection, logger: Logger
     ) async throws -> Int64? {
         let seconds = Self.seconds(lease)
@@ -199,7 +199,7 @@ struct ClusterDatabase: Sendable {
                 UPDATE tonearm_session SET owner = \(pair), epoch = epoch + 1,
                     lease_until = clock_timestamp() + make_interval(secs => \(seconds))
                 WHERE id = \(id.description) AND epoch = \(expected.epoch)
-                    AND (lease_until <= clock_timestamp() OR owner IS NULL OR owner = \(me))
+                    AND (lease_until <= clock_timestamp() OR owner IS NULL)
                 RETURNING epoch
                 """, logger: logger)
         } else {
