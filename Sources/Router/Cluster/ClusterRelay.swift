@@ -193,6 +193,7 @@ struct ClusterRelay: Sendable {
             case moved
         }
         writer.lastHeard.withLock { $0 = .now }
+        let started = ContinuousClock.now
         do {
             let outcome = try await withThrowingTaskGroup(of: Outcome.self) { group in
                 group.addTask {
@@ -202,6 +203,14 @@ struct ClusterRelay: Sendable {
                         try await WebSocketClient.connect(url: url, configuration: configuration, logger: logger) { inbound, upstreamOutbound, _ in
                             if let voice = writer.voice.withLock({ $0 }) { try await upstreamOutbound.write(.text(voice)) }
                             writer.writer.withLock { $0 = upstreamOutbound }
+                            // Until now the client hears nothing: a slow connection to the owner
+                            // (a name lookup, a connection not answered) is silence to it.
+                            let took = ContinuousClock.now - started
+                            if took > .seconds(1) {
+                                logger.notice(
+                                    "relay upstream connected late",
+                                    metadata: ["session.id": "\(id)", "owner": "\(address)", "after": "\(took)"])
+                            }
                             for try await message in inbound.messages(maxSize: 1 << 20) {
                                 writer.lastHeard.withLock { $0 = .now }
                                 switch message {
