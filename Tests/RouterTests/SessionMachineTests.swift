@@ -56,6 +56,25 @@ import WireProtocol
         return machine
     }
 
+    /// A play the engine stopped for its fence is marked for its pair to play on (if it still
+    /// holds the session); one stopped by a command, or for another reason, is not; a resume
+    /// plays the same track from where it was and clears the mark.
+    @Test func aPlayStoppedForTheFenceIsMarkedToPlayOnAndAResumeClearsIt() throws {
+        var machine = try playing("tone.mp3", playID: 7)
+        _ = machine.handle(.event(WireEvent(type: .progress, sessionID: id, playID: 7, positionMS: 4_000)), now: start + .seconds(4))
+        _ = machine.handle(
+            .event(WireEvent(type: .finished, sessionID: id, playID: 7, reason: .stopped, code: "fenced")), now: start + .seconds(4))
+        #expect(machine.lostToFence)
+        let again = try #require(calls(machine.handle(.command(.resume, request: 2, shuffleSeed: 0), now: start + .seconds(5))).first)
+        guard case .play(let url, let startMS, _, _, _, _, _, _) = again.kind else { Issue.record("not a play: \(again.kind)"); return }
+        #expect(url == "tone.mp3" && startMS == 4_000)
+        #expect(!machine.lostToFence)
+
+        var other = try playing("tone.mp3", playID: 8)
+        _ = other.handle(.event(WireEvent(type: .finished, sessionID: id, playID: 8, reason: .stopped, code: "engine_restarted")), now: start)
+        #expect(!other.lostToFence)
+    }
+
     /// A seek's answer sets the position; a `progress` or `resumed` the engine sent before the
     /// seek and read after its answer does not take it back (a client would see the old
     /// position), until the engine's `seeked` comes or a second has passed.

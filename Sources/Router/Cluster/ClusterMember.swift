@@ -278,6 +278,12 @@ final class ClusterMember: Service, Sendable {
     /// engine's fence moved on, then the orphans. A failure is tried again next round (the fence
     /// watch stops the plays if renewals keep failing).
     private func round() async {
+        let began = ContinuousClock.now
+        defer {
+            // Meanwhile nothing renews this pair's leases nor moves its engine's fence on.
+            let took = ContinuousClock.now - began
+            if took > settings.fenceMargin { logger.notice("a cluster round took long", metadata: ["took": "\(took)"]) }
+        }
         do {
             let sent = ContinuousClock.now
             let rows = try await database.round(heartbeat, lease: settings.lease, gap: settings.steadyGap, within: settings.roundLimit)
@@ -293,10 +299,35 @@ final class ClusterMember: Service, Sendable {
                 logger.notice("session left this pair", metadata: ["session.id": "\(id)", "why": "its lease is another pair's"])
                 await directory?.drop(id)
             }
-            for (id, epoch) in adopted { await adopt(id, epoch: epoch) }
+            // At once, not one after the other: each reads its snapshot, and the next renewal waits
+            // for this round (26 taken on after a database failover held a round 5.7 s).
+            await withDiscardingTaskGroup { group in
+                for (id, epoch) in adopted { group.addTask { await self.adopt(id, epoch: epoch) } }
+            }
+            await resumeLostToFence()
             try await placeOrphans()
         } catch {
             logger.warning("cluster round failed", metadata: ["error": "\(Self.describe(error))"])
+        }
+    }
+
+    /// Plays on what this pair holds and its engine stopped for the fence: a fence that ran out
+    /// before the next one came (the rounds late under load) stops plays the pair may still play,
+    /// and nothing else would start them again while it holds them (2026-11-29's chaos run: 26
+    /// guilds silent for 23 s after a database failover, until their pair was killed).
+    private func resumeLostToFence() async {
+        guard let directory else { return }
+        let held = machine.withLock { $0.mayPlay(at: .now) ? Array($0.owned.keys) : [] }
+        for id in held {
+            guard let controller = await directory.existing(id), await controller.takeLostToFence() else { continue }
+            logger.warning("resuming a session its engine stopped for the fence while this pair held it", metadata: ["session.id": "\(id)"])
+            Task { [logger] in
+                do throws(APIError) {
+                    try await controller.perform(.resume)
+                } catch {
+                    logger.warning("could not resume a session stopped for the fence", metadata: ["session.id": "\(id)", "error": "\(error.message)"])
+                }
+            }
         }
     }
 
@@ -306,6 +337,7 @@ final class ClusterMember: Service, Sendable {
         let orphans = try await database.orphans()
         guard !orphans.isEmpty else { return }
         let pairs = try await database.livePairs(within: settings.pairTimeout, steadyFor: settings.lease)
+        var taken: [(SessionID, Int64, ContinuousClock.Instant)] = []
         for (orphan, pair) in machine.withLock({ $0.orphanAssignments(orphans, pairs: pairs, at: .now) }) {
             let sent = ContinuousClock.now
             guard let epoch = try await database.assign(orphan.id, to: pair.id, expected: orphan.ownership, lease: settings.lease, snapshot: "")
@@ -315,7 +347,11 @@ final class ClusterMember: Service, Sendable {
                 metadata: [
                     "session.id": "\(orphan.id)", "from": "\(orphan.ownership.owner ?? "-")", "to": "\(pair.id)", "epoch": "\(epoch)",
                 ])
-            if pair.id == settings.pairID { _ = await take(orphan.id, epoch: epoch, sent: sent) }
+            if pair.id == settings.pairID { taken.append((orphan.id, epoch, sent)) }
+        }
+        // Taken on at once, as the renewal's (above).
+        await withDiscardingTaskGroup { group in
+            for (id, epoch, sent) in taken { group.addTask { _ = await self.take(id, epoch: epoch, sent: sent) } }
         }
     }
 

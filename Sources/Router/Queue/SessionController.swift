@@ -80,6 +80,13 @@ actor SessionController {
         return try await execute(command)
     }
 
+    /// Whether the engine stopped this session's play for its fence while it played, with no
+    /// play or stop since; asking clears it, so one loss leads to one resume.
+    func takeLostToFence() -> Bool {
+        defer { machine.lostToFence = false }
+        return machine.lostToFence
+    }
+
     /// Resumes a session handed over from another pair (its snapshot names the moment its play
     /// starts); commands wait until `heldUntil`.
     func resumeHandedOver(heldUntil: ContinuousClock.Instant) async throws(APIError) {

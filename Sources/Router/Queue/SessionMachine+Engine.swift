@@ -34,6 +34,7 @@ extension SessionMachine {
             snapshot.startAtMS = nil
             snapshot.playID = nil
             snapshot.interrupted = false
+            lostToFence = false
             setPosition(startMS ?? 0, &step)
             changed(&step)
             startsInFlight += 1
@@ -44,6 +45,7 @@ extension SessionMachine {
         case .stop:
             snapshot.playID = nil
             snapshot.interrupted = false
+            lostToFence = false
             changed(&step)
             call(.control(.stop, then: .done), origin, &step)
         case .pause(let generation):
@@ -207,6 +209,7 @@ extension SessionMachine {
             let wasPlaying = snapshot.queue.status == .playing || snapshot.queue.status == .starting
             let action = queue(.finished(generation: generation, reason: reason), &step)
             if wasPlaying, Self.lostWithEngine.contains(event.code ?? "") { snapshot.interrupted = true }
+            lostToFence = wasPlaying && event.code == "fenced"
             if case .play = action { return .play(action) }
             if action != .none { changed(&step) }
         case .progress, .seeked:
