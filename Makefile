@@ -163,7 +163,8 @@ soak: deps
 ## The chaos run of docs/benchmarks.md: three pairs on PostgreSQL, 60 guilds, every 60 s a random
 ## pair killed and restarted or (as root, each pair in a network namespace of its own) cut off for
 ## 8 s and mended, in turn, for 10 minutes (not in CI; PostgreSQL comes with the test packages).
-## CHAOS_ARGS changes it, e.g. make chaos CHAOS_ARGS="--chaos-every 30".
+## CHAOS_ARGS changes it, e.g. make chaos CHAOS_ARGS="--chaos-every 30"; with "--chaos-every 30
+## --chaos-database 6" the database is pg_auto_failover's and six of those events strike its primary.
 chaos: deps-test
 	$(RELEASE)
 	Benchmarks/Load/tonearm-load --rows chaos $(CHAOS_ARGS)

@@ -7,12 +7,18 @@ reference bot's ping and receive timeout do). Every --chaos-every seconds someth
 random pair, in turn: it is SIGKILLed (both processes, as a host dying) and started again on the
 same ports 5 s later; or, run as root, its host (each pair runs in a network namespace of its own)
 is cut off from everything for --chaos-cut seconds (its packets dropped, its connections left
-open) and then mended. For --chaos-seconds.
+open) and then mended. For --chaos-seconds. With --chaos-database N the database is
+pg_auto_failover's (postgres_ha.py: a primary and a synchronous standby, each on a host of its own
+when root) and N of those events, spread over the run, strike its primary instead, in turn: killed
+(and started again, as the standby), or, as root, cut off for 20 s from everything (a failover) or
+from the pairs only (none).
 
 Measured, from the outside only:
   * each guild's silence at every kill and every cut: the longest time between two frames its
     bot received from 1 s before to 25 s after; a guild whose longest gap passes 1 s counts as
     moved (its pair died or was cut off), the others only reconnected;
+  * every guild's silence, measured the same way, at each strike on the database's primary, and
+    how long until the standby took writes;
   * after every mend, every guild's longest silence until the next event (a healed pair must
     not take a guild it cannot keep);
   * the longest silence of any guild over the whole run;
@@ -23,9 +29,13 @@ Measured, from the outside only:
 """
 import os, random, shutil, signal, subprocess, tempfile, threading, time
 
+from chaos_network import Network
+from postgres_ha import PostgresHA
 from ws_probe import connect, frames
 
 QUEUE = ["tone.mp3", "music.mp3", "steps.mp3"]
+# How long the database's primary is cut off: longer than pg_auto_failover takes to promote the standby.
+DATABASE_CUT = 20
 
 
 class Postgres:
@@ -75,58 +85,6 @@ class Postgres:
             self.process.kill()
         self.log.close()
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-class Network:
-    """One network namespace per pair, each joined to one bridge on this side (root only): any pair
-    can be cut off from everything but this side's reach to its engine's control port (the
-    samples), and mended."""
-
-    def __init__(self, count):
-        token = "%06x" % random.randrange(1 << 24)
-        subnet = f"10.215.{random.randint(1, 250)}"
-        self.bridge, self.outside = f"tcb{token}", f"{subnet}.1"
-        self.hosts = [(f"tch{token}{i}", f"{subnet}.{10 + i}") for i in range(count)]
-        self.ip("link", "add", self.bridge, "type", "bridge")
-        try:
-            self.ip("addr", "add", f"{self.outside}/24", "dev", self.bridge)
-            self.ip("link", "set", self.bridge, "up")
-            for i, (namespace, address) in enumerate(self.hosts):
-                near, far = f"tcv{token}{i}", f"tcw{token}{i}"
-                self.ip("netns", "add", namespace)
-                self.ip("link", "add", near, "type", "veth", "peer", "name", far)
-                self.ip("link", "set", far, "netns", namespace)
-                self.ip("link", "set", near, "master", self.bridge)
-                self.ip("link", "set", near, "up")
-                for arguments in (("addr", "add", f"{address}/24", "dev", far), ("link", "set", far, "up"),
-                                  ("link", "set", "lo", "up")):
-                    self.ip("netns", "exec", namespace, "ip", *arguments)
-        except subprocess.CalledProcessError:
-            self.remove()
-            raise
-
-    @staticmethod
-    def ip(*arguments):
-        subprocess.run(["ip", *arguments], check=True, capture_output=True)
-
-    def launcher(self, index):
-        return ["ip", "netns", "exec", self.hosts[index][0]]
-
-    def cut(self, index, open_port):
-        rules = (f"table inet tonearm_cut {{\n"
-                 f"  chain in {{ type filter hook input priority 0; iifname \"lo\" accept; tcp dport {open_port} accept; drop; }}\n"
-                 f"  chain out {{ type filter hook output priority 0; oifname \"lo\" accept; tcp sport {open_port} accept; drop; }}\n"
-                 f"}}\n")
-        subprocess.run([*self.launcher(index), "nft", "-f", "-"], input=rules.encode(), check=True, capture_output=True)
-
-    def mend(self, index):
-        subprocess.run([*self.launcher(index), "nft", "delete", "table", "inet", "tonearm_cut"], check=True,
-                       capture_output=True)
-
-    def remove(self):
-        for namespace, _ in self.hosts:
-            subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
-        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
 
 
 class Pair:
@@ -255,19 +213,24 @@ class Bot(threading.Thread):
 def run(tool, http, free_port, wait_for, percentile, token):
     args = tool.args
     seconds, every, count, cut_seconds = args.chaos_seconds, args.chaos_every, args.chaos_guilds, args.chaos_cut
+    database_kills = args.chaos_database
     command = (f"Benchmarks/Load/tonearm-load --rows chaos --chaos-seconds {seconds:g} --chaos-every {every:g} "
-               f"--chaos-guilds {count} --chaos-cut {cut_seconds:g}")
+               f"--chaos-guilds {count} --chaos-cut {cut_seconds:g}"
+               + (f" --chaos-database {database_kills}" if database_kills else ""))
     network = None
     if cut_seconds > 0:
         if os.getuid() == 0:
-            network = Network(3)
+            network = Network(5 if database_kills else 3)
         else:
             print("  chaos: not root, so no network namespaces: kills only, no cuts", flush=True)
     database = None
     pairs = []
     bots = []
     try:
-        database = Postgres(free_port, wait_for, also_listen=network.outside if network else None)
+        if database_kills:
+            database = PostgresHA(free_port, wait_for, network=network)
+        else:
+            database = Postgres(free_port, wait_for, also_listen=network.outside if network else None)
         pairs = [Pair(tool, index, database.url, free_port, token, network) for index in range(3)]
         for pair in pairs:
             wait_for(lambda: pair.linked(http), 30, f"{pair.id} to link to its engine")
@@ -312,12 +275,42 @@ def run(tool, http, free_port, wait_for, percentile, token):
         events = []  # (kind, at, victim, mended at)
         kinds = ["kill", "cut"] if network else ["kill"]
         rng = random.Random(args.chaos_seed)
+        # The database's primary is struck in slots spread evenly over the run, in place of a pair's event.
+        slots = int((seconds + 1) // every)
+        database_slots = {round((k + 1) * slots / (database_kills + 1)) - 1 for k in range(database_kills)}
+        failovers = []  # seconds from a primary's kill or cut until the standby took writes
+        # As root the database's primary is also cut off: from everything (the monitor promotes the
+        # standby), or from the pairs only (the monitor sees nothing wrong: no failover).
+        database_kinds = ["database", "database cut", "database cut from the pairs"] if network else ["database"]
         while time.monotonic() - started + every <= seconds + 1:
             time.sleep(max(0, started + (len(events) + 1) * every - time.monotonic()))
             victim = rng.choice(pairs)
-            kind = kinds[len(events) % len(kinds)]
+            kind = kinds[sum(1 for e in events if e[0] in kinds) % len(kinds)]
+            if len(events) in database_slots:
+                kind = database_kinds[sum(1 for e in events if e[0] in database_kinds) % len(database_kinds)]
+                database.settle(120)
             at = time.monotonic()
-            if kind == "kill":
+            if kind in database_kinds:
+                node = database.primary()
+                if node is None:
+                    raise SystemExit("tonearm-load: chaos: no database node takes writes before the fault")
+                if kind == "database":
+                    database.kill(node)
+                    print(f"  chaos: killed the database's primary (node {node}) at {at - started:.0f} s", flush=True)
+                else:
+                    host = database.host_indices[node]
+                    network.cut(host, only_from=[p.host for p in pairs] if kind == "database cut from the pairs" else None)
+                    print(f"  chaos: {kind}: node {node} at {at - started:.0f} s, for {DATABASE_CUT} s", flush=True)
+                if kind != "database cut from the pairs":
+                    wait_for(lambda: database.primary() not in (None, node), 60, "the database's standby to take writes")
+                    failovers.append(time.monotonic() - at)
+                if kind == "database":
+                    database.restart(node)
+                else:
+                    time.sleep(max(0, at + DATABASE_CUT - time.monotonic()))
+                    network.mend(host)
+                events.append((kind, at, f"database node {node}", None))
+            elif kind == "kill":
                 victim.kill()
                 print(f"  chaos: killed {victim.id} at {at - started:.0f} s", flush=True)
                 time.sleep(5)
@@ -335,13 +328,13 @@ def run(tool, http, free_port, wait_for, percentile, token):
         watcher.join()
         ended = time.monotonic()
 
-        silences = {"kill": [], "cut": []}
+        silences = {"kill": [], "cut": [], "database": [], "database cut": [], "database cut from the pairs": []}
         after_mend = []
         for n, (kind, at, _, mended) in enumerate(events):
             following = events[n + 1][1] if n + 1 < len(events) else ended
             for bot in bots:
                 gap = bot.longest_gap(at - 1, min(at + 25, following, ended))
-                if gap > 1:
+                if gap > 1 or kind in database_kinds:  # every guild's pair loses the database
                     silences[kind].append(gap)
                 if mended is not None:
                     after_mend.append(bot.longest_gap(mended, following))
@@ -357,10 +350,12 @@ def run(tool, http, free_port, wait_for, percentile, token):
             if urls != QUEUE:
                 lost.append((guild, status, urls))
         kills, cuts = (sum(1 for e in events if e[0] == k) for k in ("kill", "cut"))
+        # A guild is silent through the database's failover: the pairs stop at the fence until the standby takes writes.
+        longest_target = 15 if database_kills else 5
         print(f"  chaos: {kills} kills, {cuts} cuts, {len(silences['kill']) + len(silences['cut'])} guild moves, "
               f"{samples[0]} samples, queues differing: {lost[:5]}", flush=True)
 
-        if twice or lost or longest > 5 or max(after_mend or [0]) > 1:
+        if twice or lost or longest > longest_target or max(after_mend or [0]) > 1:
             kept = f"/tmp/tonearm-chaos-logs-{int(time.time())}"
             os.makedirs(kept, exist_ok=True)
             for name in os.listdir(tool.work):
@@ -385,8 +380,18 @@ def run(tool, http, free_port, wait_for, percentile, token):
                      f"{len(silences['cut'])} moves)", spread(silences["cut"]), "≤ 5 s", command)
             tool.row("chaos: longest silence of any guild after a mend, until the next event",
                      f"{max(after_mend or [0]):.2f} s", "≤ 1 s", command)
-        tool.row(f"chaos: longest silence of any guild over the run ({count} guilds)", f"{longest:.2f} s", "≤ 5 s",
-                 command)
+        described = {"database": "the database's primary was killed",
+                     "database cut": f"the database's primary was cut off from everything for {DATABASE_CUT} s",
+                     "database cut from the pairs": f"the database's primary was cut off from the pairs only for {DATABASE_CUT} s"}
+        for kind in database_kinds if database_kills else []:
+            faults = sum(1 for e in events if e[0] == kind)
+            tool.row(f"chaos: silence of every guild when {described[kind]}, p50 / p99 / max ({faults} times, "
+                     f"{len(silences[kind])} guild silences)", spread(silences[kind]), "≤ 15 s at p99", command)
+        if failovers:
+            tool.row("chaos: the database's failover: from the primary's kill or cut until the standby took writes",
+                     ", ".join(f"{f:.1f}" for f in failovers) + " s", "–", command)
+        tool.row(f"chaos: longest silence of any guild over the run ({count} guilds)", f"{longest:.2f} s",
+                 f"≤ {longest_target} s", command)
         tool.row(f"chaos: samples with a guild on two engines (every 0.1 s, {samples[0]} samples)", str(len(twice)), "0",
                  command)
         tool.row("chaos: guilds whose queue is not the three tracks queued, in order (read at the end)",
