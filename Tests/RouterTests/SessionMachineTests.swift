@@ -57,8 +57,8 @@ import WireProtocol
     }
 
     /// A play the engine stopped for its fence is marked for its pair to play on (if it still
-    /// holds the session); one stopped by a command, or for another reason, is not; a resume
-    /// plays the same track from where it was and clears the mark.
+    /// holds the session); one the engine stopped for another reason (it restarted) is not; a
+    /// resume plays the same track from where it was and clears the mark.
     @Test func aPlayStoppedForTheFenceIsMarkedToPlayOnAndAResumeClearsIt() throws {
         var machine = try playing("tone.mp3", playID: 7)
         _ = machine.handle(.event(WireEvent(type: .progress, sessionID: id, playID: 7, positionMS: 4_000)), now: start + .seconds(4))

@@ -115,8 +115,8 @@ struct SessionMachine: Sendable {
     /// A pair of a cluster: a play its engine refuses as full goes to a pair with room instead.
     var movesForRoom = false
     /// The engine stopped the play for its fence (`fenced`) while it played: a pair that still
-    /// holds the session plays it on (`SessionController.resumeIfLostToFence`); any play or stop
-    /// since clears it.
+    /// holds the session plays it on (`ClusterMember`'s rounds, through
+    /// `SessionController.takeLostToFence`); any play or stop since clears it.
     var lostToFence = false
 
     /// The most tracks a queue holds; a playlist fills what room is left.
