@@ -135,7 +135,7 @@ package enum RouterService {
                     // Ticks the voice connections; closes them (1000) when the Router stops.
                     .init(service: VoiceService(voice: voice)),
                 ] + (lavalink.map { [.init(service: LavalinkService(node: $0))] } ?? []) + [
-                ] + (relay.map { [.init(service: ClusterHandOver(member: $0.member, relayed: $0.clients))] } ?? []) + [
+                ] + (relay.map { [.init(service: ClusterHandOver(member: $0.member, relay: $0))] } ?? []) + [
                     // Told of the shutdown first: its clock then runs while the rest stop.
                     .init(service: ShutdownDeadline(limit: .milliseconds(2_500), writer: writer, logger: logger)),
                 ],

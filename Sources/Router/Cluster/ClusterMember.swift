@@ -76,6 +76,7 @@ final class ClusterMember: Service, Sendable {
         /// session plays on another pair; stations another pair plays that this Router relays to
         /// its followers; other Routers' relays of the stations this pair plays.
         var relayedClients = 0
+        var relayUpstreams = 0
         var stationRelays = 0
         var stationRelaysServed = 0
         enum CodingKeys: String, CodingKey {
@@ -84,6 +85,7 @@ final class ClusterMember: Service, Sendable {
             case leaseSeconds = "lease_seconds"
             case renewedSecondsAgo = "renewed_seconds_ago"
             case relayedClients = "relayed_clients"
+            case relayUpstreams = "relay_upstreams"
             case stationRelays = "station_relays"
             case stationRelaysServed = "station_relays_served"
         }

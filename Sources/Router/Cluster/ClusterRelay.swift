@@ -1,10 +1,12 @@
 // Any Router serves any client: a request for a session another pair owns is carried to that
 // pair's Router and its answer back — REST and `/listen` forwarded as they came, a WebSocket
-// client (`/ws`, `/bot`) relayed frame for frame over an upstream WebSocket to the owner.
+// client (`/ws`, `/bot`) relayed over the upstream WebSocket this Router keeps to the owner for
+// that session (one per session, path and frames per message, shared by its clients:
+// SharedUpstream).
 //
 // A relayed client stays connected while its session moves: when the owner changes (the old one
-// died, was cut off, or drained) the relay connects to the new owner, whose state message comes
-// first, and the audio goes on. A client's command sent while no upstream is connected is
+// died, was cut off, or drained) the upstream connects to the new owner, whose state message
+// comes first, and the audio goes on. A client's command sent while no upstream is connected is
 // answered with a `cluster_unavailable` reply. Forwarded requests carry `X-Tonearm-Forwarded`,
 // and a Router never forwards such a request again (no loops while ownership changes).
 import AsyncHTTPClient
@@ -14,6 +16,7 @@ import Hummingbird
 import HummingbirdWebSocket
 import HummingbirdWSClient
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import NIOWebSocket
@@ -26,8 +29,10 @@ struct ClusterRelay: Sendable {
     let member: ClusterMember
     let http: HTTPClient
     let logger: Logger
-    /// The clients relayed now, moved when the Router stops.
+    /// The upstreams of the clients relayed now, moved when the Router stops.
     var clients = RelayedClients()
+    /// The clients relayed now, by session, path and frames per message: one upstream each.
+    let upstreams = RelayUpstreams()
 
     static let forwardedHeader = HTTPField.Name("X-Tonearm-Forwarded")!
 
@@ -83,7 +88,8 @@ struct ClusterRelay: Sendable {
 
     // MARK: WebSockets
 
-    /// Relays a WebSocket client of session `id` to its owner, following the session from pair
+    /// Relays a WebSocket client of session `id` to its owner over the upstream this Router
+    /// shares among that session's clients (`SharedUpstream`), which follows the session from pair
     /// to pair, until the client leaves or the session comes to this pair (then the client is
     /// told to connect again, with 4012, and is served here). When this Router stops, the client
     /// is moved as a hand-over moves one (`leave`): nothing it was to hear is skipped.
@@ -91,50 +97,35 @@ struct ClusterRelay: Sendable {
         _ id: SessionID, first address: String, request: Request, inbound: WebSocketInboundStream,
         outbound: WebSocketOutboundWriter
     ) async throws {
-        let slot = UpstreamSlot()
-        let (key, leaving) = clients.add()
-        defer { clients.remove(key) }
+        let frames = (try? ClientConnections.framesPerMessage(request)) ?? 1
+        let key = SharedUpstream.Key(session: id, path: request.uri.path, frames: frames)
+        let (group, member, output) = upstreams.join(key, request: request) { group in
+            Task { await follow(group, first: address) }
+        }
+        defer { upstreams.leave(member, of: group) }
+        await group.requestJoin(member)
         try await withGracefulShutdownHandler {
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                // The client's messages go to whichever upstream is connected.
-                group.addTask {
+            try await withThrowingTaskGroup(of: Void.self) { tasks in
+                // The client's commands go up while an upstream is connected.
+                tasks.addTask {
                     for try await message in inbound.messages(maxSize: 64 * 1024) {
                         guard case .text(let text) = message else { continue }
-                        slot.remember(text)
-                        if let writer = slot.writer.withLock({ $0 }), (try? await writer.write(.text(text))) != nil { continue }
-                        try await outbound.write(.text(Self.unavailableReply(to: text)))
+                        if await !group.send(text, from: member) { member.send(.text(Self.unavailableReply(to: text))) }
                     }
                 }
-                group.addTask {
-                    var address = address
-                    while true {
-                        let ending = await upstream(id, address: address, request: request, outbound: outbound, slot: slot)
-                        slot.writer.withLock { $0 = nil }
-                        if slot.isLeaving {
-                            try await Self.move(outbound, slot)
+                tasks.addTask {
+                    for await out in output {
+                        switch out {
+                        case .message(.text(let text)): try await outbound.write(.text(text))
+                        case .message(.binary(let bytes)): try await outbound.write(.binary(bytes))
+                        case .close(let code, let reason):
+                            try await outbound.close(code, reason: reason)
                             return
                         }
-                        if case .refused(let frame) = ending {
-                            try await outbound.close(frame.closeCode, reason: frame.reason)
-                            return
-                        }
-                        let placement = try await placeWaiting(id)
-                        guard case .remote(let next) = placement else {
-                            try await Self.move(outbound, slot)
-                            return
-                        }
-                        if next == address, case .lost = ending { try await Task.sleep(for: .milliseconds(200)) }
-                        address = next
                     }
                 }
-                group.addTask {
-                    for await _ in leaving {
-                        try await self.leave(outbound, slot)
-                        return
-                    }
-                }
-                try await group.next()
-                group.cancelAll()
+                try await tasks.next()
+                tasks.cancelAll()
             }
         } onGracefulShutdown: { [clients] in
             // Normally done before (ClusterHandOver); this is for a Router stopped otherwise.
@@ -142,29 +133,59 @@ struct ClusterRelay: Sendable {
         }
     }
 
+    /// The Router stops: every upstream leaves, and each client is told to connect again once
+    /// what was on its way to it is written (waiting at most `patience` for all of that).
+    func moveAll(patience: Duration) async {
+        let deadline = ContinuousClock.now + patience
+        await clients.leaveAll(patience: patience)
+        while upstreams.clientCount > 0, ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+    }
+
+    /// Keeps `group`'s upstream connected to whichever pair plays its session, until its last
+    /// client leaves, the session comes to this pair, or this Router stops.
+    private func follow(_ group: SharedUpstream, first address: String) async {
+        let (key, leaving) = clients.add()
+        defer { clients.remove(key) }
+        let leave = Task {
+            for await _ in leaving {
+                // The owner ends the upstream after the frames on their way; they are passed on.
+                if await group.leave() { try? await Task.sleep(for: Self.leaveGrace) }
+                upstreams.retire(group, Self.moved, Self.movedReason)
+                clients.remove(key)
+                return
+            }
+        }
+        defer { leave.cancel() }
+        var address = address
+        while group.memberCount > 0 {
+            let ending = await upstream(group, address: address)
+            group.disconnected()
+            if group.isLeaving { return upstreams.retire(group, Self.moved, Self.movedReason) }
+            if case .refused(let frame) = ending { return upstreams.retire(group, frame.closeCode, frame.reason ?? "") }
+            guard group.memberCount > 0 else { return }
+            let placement: Placement
+            do {
+                placement = try await placeWaiting(group.key.session)
+            } catch {
+                return upstreams.retire(group, .init(codeNumber: 4000 + error.status.code), ClientConnections.closeReason(error))
+            }
+            guard case .remote(let next) = placement else { return upstreams.retire(group, Self.moved, Self.movedReason) }
+            if next == address, case .lost = ending { try? await Task.sleep(for: .milliseconds(200)) }
+            address = next
+        }
+    }
+
     /// The message a relay sends its upstream when its Router stops: the owner stops sending to
-    /// it after the frames already on their way, keeps the frames after them for the client's
-    /// next connection, and closes the upstream with 4012 (ClientConnections).
+    /// it after the frames already on their way, keeps the frames after them for the clients'
+    /// next connections, and closes the upstream with 4012 (ClientConnections).
     static let leaveMessage = #"{"op":"relay_leave"}"#
     /// How long a leaving relay waits for its owner to close the upstream.
     static let leaveGrace: Duration = .milliseconds(500)
-
-    /// This Router stops: the upstream is asked to end after the frames sent so far, which are
-    /// passed on; then the client is told to connect again (4012), at once if no upstream is
-    /// connected, after `leaveGrace` at the latest.
-    private func leave(_ outbound: WebSocketOutboundWriter, _ slot: UpstreamSlot) async throws {
-        slot.leaving.store(true, ordering: .relaxed)
-        if let writer = slot.writer.withLock({ $0 }), (try? await writer.write(.text(Self.leaveMessage))) != nil {
-            try await Task.sleep(for: Self.leaveGrace)
-        }
-        try await Self.move(outbound, slot)
-    }
-
-    /// Closes the client with 4012 (once): its next connection finds the session's owner.
-    private static func move(_ outbound: WebSocketOutboundWriter, _ slot: UpstreamSlot) async throws {
-        guard !slot.moved.exchange(true, ordering: .relaxed) else { return }
-        try await outbound.close(.init(codeNumber: 4012), reason: "session_moved: connect again")
-    }
+    /// A relayed client is told to connect again: its next connection finds the session's owner.
+    static let moved = WebSocketErrorCode(codeNumber: 4012)
+    static let movedReason = "session_moved: connect again"
 
     enum UpstreamEnding {
         /// The owner went away, or the session moved on: look where it plays now.
@@ -173,15 +194,15 @@ struct ClusterRelay: Sendable {
         case refused(WebSocketCloseFrame)
     }
 
-    /// One upstream connection: the owner's messages go to the client until the connection ends
-    /// or the session's owner is no longer `address` and it has gone quiet (checked every second,
-    /// so a pair cut off without closing its connections is left too). A pair handing the session
-    /// over at a moment still to come keeps sending until then, and closes with 4012 after its
-    /// last frame: the relay stays to the end of it.
-    private func upstream(
-        _ id: SessionID, address: String, request: Request, outbound: WebSocketOutboundWriter,
-        slot writer: UpstreamSlot
-    ) async -> UpstreamEnding {
+    /// One upstream connection: the owner's messages go to the group's clients until the
+    /// connection ends, the group has no client left, or the session's owner is no longer
+    /// `address` and it has gone quiet (checked every second, so a pair cut off without closing
+    /// its connections is left too). A pair handing the session over at a moment still to come
+    /// keeps sending until then, and closes with 4012 after its last frame: the relay stays to the
+    /// end of it.
+    private func upstream(_ group: SharedUpstream, address: String) async -> UpstreamEnding {
+        guard let request = group.firstRequest else { return .lost }
+        let id = group.key.session
         let url = address.replacingOccurrences(of: "http", with: "ws", options: .anchored) + request.uri.description
         var headers = HTTPFields()
         if let authorization = request.headers[.authorization] { headers[.authorization] = authorization }
@@ -192,19 +213,18 @@ struct ClusterRelay: Sendable {
             case closed(WebSocketCloseFrame?)
             case moved
         }
-        writer.lastHeard.withLock { $0 = .now }
+        let lastHeard = NIOLockedValueBox(ContinuousClock.now)
         let started = ContinuousClock.now
         do {
-            let outcome = try await withThrowingTaskGroup(of: Outcome.self) { group in
-                group.addTask {
+            let outcome = try await withThrowingTaskGroup(of: Outcome.self) { tasks in
+                tasks.addTask {
                     // A connection to an owner cut off is not made until TCP gives up (10 s):
                     // when the session has moved meanwhile, it is left to fail by itself.
                     let connection = Task {
                         try await WebSocketClient.connect(url: url, configuration: configuration, logger: logger) { inbound, upstreamOutbound, _ in
-                            if let voice = writer.voice.withLock({ $0 }) { try await upstreamOutbound.write(.text(voice)) }
-                            writer.writer.withLock { $0 = upstreamOutbound }
-                            // Until now the client hears nothing: a slow connection to the owner
-                            // (a name lookup, a connection not answered) is silence to it.
+                            let generation = try await group.connected(upstreamOutbound)
+                            // Until now the clients hear nothing: a slow connection to the owner
+                            // (a name lookup, a connection not answered) is silence to them.
                             let took = ContinuousClock.now - started
                             if took > .seconds(1) {
                                 logger.notice(
@@ -212,29 +232,26 @@ struct ClusterRelay: Sendable {
                                     metadata: ["session.id": "\(id)", "owner": "\(address)", "after": "\(took)"])
                             }
                             for try await message in inbound.messages(maxSize: 1 << 20) {
-                                writer.lastHeard.withLock { $0 = .now }
-                                switch message {
-                                case .binary(let bytes): try await outbound.write(.binary(bytes))
-                                case .text(let text):
-                                    if UpstreamSlot.isReplayReply(text) { continue }
-                                    try await outbound.write(.text(text))
-                                }
+                                lastHeard.withLockedValue { $0 = .now }
+                                guard group.received(message, generation: generation) else { break }
                             }
                         }
                     }
                     guard let result = await connection.resultUnlessCancelled() else { return .moved }
                     return .closed(try result.get())
                 }
-                group.addTask {
-                    // The owner may change without this connection noticing (a pair cut off).
+                tasks.addTask {
+                    // The owner may change without this connection noticing (a pair cut off); a
+                    // group whose clients have all left lets its upstream go.
                     while true {
                         try await Task.sleep(for: .seconds(1))
-                        guard ContinuousClock.now - writer.lastHeard.withLock({ $0 }) > .milliseconds(500) else { continue }
+                        if group.memberCount == 0 { return .moved }
+                        guard ContinuousClock.now - lastHeard.withLockedValue({ $0 }) > .milliseconds(500) else { continue }
                         if let placement = try? await member.place(id), placement != .remote(address) { return .moved }
                     }
                 }
-                let first = try await group.next() ?? .moved
-                group.cancelAll()
+                let first = try await tasks.next() ?? .moved
+                tasks.cancelAll()
                 return first
             }
             if case .closed(let close?) = outcome, [4401, 4403, 1008].contains(UInt16(webSocketErrorCode: close.closeCode)) {
@@ -248,45 +265,7 @@ struct ClusterRelay: Sendable {
 
     /// The reply to a command sent while the session is between pairs.
     static func unavailableReply(to text: String) -> String {
-        let id = (try? CommandParsing.envelope(Data(text.utf8)))?.id
-        var reply = CommandReply(id: id)
-        reply.error = ErrorBody(code: "cluster_unavailable", message: "the session is moving to another pair; try again in a moment").error
-        return reply.json()
-    }
-}
-
-/// The upstream connection a relayed client's commands go to, while there is one.
-final class UpstreamSlot: Sendable {
-    let writer = Mutex<WebSocketOutboundWriter?>(nil)
-    /// When the upstream last sent anything.
-    let lastHeard = Mutex(ContinuousClock.now)
-    /// The Router is stopping: the relay moves its client once the upstream ends.
-    let leaving = Atomic<Bool>(false)
-    /// The client has been told to connect again.
-    let moved = Atomic<Bool>(false)
-    var isLeaving: Bool { leaving.load(ordering: .relaxed) }
-    /// The client's last `voice` command (nil after `voice_leave`), sent first on every new
-    /// upstream: a bot's guild keeps its Discord voice when the session moves on, although the bot
-    /// stays connected here and has no reason to send its credentials again. It goes with
-    /// `replayID` for its id, and the owner's reply to it is not passed on.
-    let voice = Mutex<String?>(nil)
-    static let replayID = "tonearm-relay-voice"
-
-    func remember(_ text: String) {
-        guard text.contains("voice"), let data = text.data(using: .utf8),
-            var command = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any], let op = command["op"] as? String
-        else { return }
-        if op == "voice_leave" {
-            voice.withLock { $0 = nil }
-        } else if op == "voice" {
-            command["id"] = Self.replayID
-            guard let replay = try? JSONSerialization.data(withJSONObject: command) else { return }
-            voice.withLock { $0 = String(decoding: replay, as: UTF8.self) }
-        }
-    }
-
-    /// The owner's reply to a replayed `voice` command.
-    static func isReplayReply(_ text: String) -> Bool {
-        text.contains(replayID) && text.contains(#""id":"\#(replayID)""#)
+        CommandReply.refusal(
+            to: text, APIError(status: .serviceUnavailable, code: "cluster_unavailable", message: "the session is moving to another pair; try again in a moment"))
     }
 }

@@ -36,11 +36,11 @@ struct ClusterRoutes {
 /// then moves the clients it relays to other pairs.
 struct ClusterHandOver: Service {
     let member: ClusterMember
-    let relayed: RelayedClients
+    let relay: ClusterRelay
 
     func run() async {
         try? await gracefulShutdown()
         await member.handOver()
-        await relayed.leaveAll(patience: ClusterRelay.leaveGrace + .milliseconds(200))
+        await relay.moveAll(patience: ClusterRelay.leaveGrace + .milliseconds(200))
     }
 }

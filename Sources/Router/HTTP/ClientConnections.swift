@@ -207,6 +207,12 @@ struct ClientConnections {
                     sink.eventLoop.execute { sink.movedAfterWaiting() }
                     continue
                 }
+                if relayed, let (tag, body) = RelayTag.split(text) {
+                    // One of the relaying Router's clients, with its own token (SharedUpstream).
+                    let answer = await relayedCommand(body, tag: tag, on: controller, id: id, kind: kind)
+                    send(.event(tag.answering.tagging(answer)), to: sink)
+                    continue
+                }
                 let reply = await command(text, on: controller, id: id, limited: limited, bot: kind == .bot, callerToken: callerToken)
                 send(.event(reply), to: sink)
             }
@@ -216,7 +222,7 @@ struct ClientConnections {
     }
 
     /// A reply or the first state, written in order with what the store writes to the client.
-    private func send(_ message: ClientMessage, to sink: WebSocketSink) {
+    func send(_ message: ClientMessage, to sink: WebSocketSink) {
         let bytes = sink.encode(message)
         sink.eventLoop.execute { sink.deliver(bytes, audio: false) }
     }
@@ -235,7 +241,7 @@ struct ClientConnections {
     }
 
     /// Runs one WebSocket command and answers its reply message.
-    private func command(
+    func command(
         _ text: String, on controller: SessionController, id: SessionID, limited: Bool, bot: Bool, callerToken: String?
     ) async -> String {
         var reply = CommandReply(id: nil)

@@ -1,5 +1,6 @@
 // The answer to every WebSocket command.
 import EngineAPI
+import Foundation
 import ServiceSupport
 
 /// `{"type":"reply","id":…,"ok":true,"state":{…}}` or `{"type":"reply","id":…,"ok":false,"error":{…}}`.
@@ -14,4 +15,11 @@ struct CommandReply: Encodable {
     var error: ErrorBody.Detail?
 
     func json() -> String { JSONCoding.text(self) }
+
+    /// The reply refusing the command `text` (its `id` kept when it has one) with `error`.
+    static func refusal(to text: String, _ error: APIError) -> String {
+        var reply = CommandReply(id: (try? CommandParsing.envelope(Data(text.utf8)))?.id)
+        reply.error = ErrorBody(code: error.code, message: error.message).error
+        return reply.json()
+    }
 }

@@ -89,6 +89,7 @@ struct OperationsRoutes {
             var membership = relay?.member.report
             if let relays {
                 membership?.relayedClients = relays.clients
+                membership?.relayUpstreams = relays.upstreams
                 membership?.stationRelays = relays.stations
                 membership?.stationRelaysServed = relays.served
             }
@@ -131,6 +132,7 @@ struct OperationsRoutes {
     /// What this Router relays, in a cluster (nil outside one).
     var relays: RouterMetrics.Relays? {
         guard let relay else { return nil }
-        return .init(clients: relay.clients.count, stations: stations?.count ?? 0, served: store.remoteFollowerCount)
+        return .init(
+            clients: relay.upstreams.clientCount, upstreams: relay.upstreams.upstreamCount, stations: stations?.count ?? 0, served: store.remoteFollowerCount)
     }
 }

@@ -24,6 +24,8 @@ final class RouterMetrics: Sendable {
     struct Relays: Sendable {
         /// Clients here whose session plays on another pair.
         var clients = 0
+        /// Their upstreams to the owners: one per session, path and frames per message.
+        var upstreams = 0
         /// Stations another pair plays, relayed here to their followers (one upstream each).
         var stations = 0
         /// Other Routers' relays of the stations played here.
@@ -45,6 +47,7 @@ final class RouterMetrics: Sendable {
     private let storageUnsaved: CoreMetrics.Gauge
     private let storageFailures: CoreMetrics.Counter
     private let relayedClients: CoreMetrics.Gauge
+    private let relayUpstreams: CoreMetrics.Gauge
     private let stationRelays: CoreMetrics.Gauge
     private let stationRelaysServed: CoreMetrics.Gauge
     /// The counter values the metrics hold, as of the last scrape.
@@ -66,6 +69,7 @@ final class RouterMetrics: Sendable {
         "tonearm_router_storage_unsaved_sessions": "Sessions whose newest state waits to be stored.",
         "tonearm_router_storage_write_failures_total": "Writes of session state the disk refused (each is tried again).",
         "tonearm_router_relayed_clients": "In a cluster: clients here whose session plays on another pair.",
+        "tonearm_router_relay_upstreams": "In a cluster: the relayed clients' upstreams to the owners, one per session, path and frames per message.",
         "tonearm_router_station_relays": "In a cluster: stations another pair plays, relayed here to their followers (one upstream each).",
         "tonearm_router_station_relays_served": "In a cluster: other Routers' relays of the stations played here.",
     ])
@@ -91,6 +95,7 @@ final class RouterMetrics: Sendable {
         storageUnsaved = CoreMetrics.Gauge(label: "tonearm_router_storage_unsaved_sessions", factory: factory)
         storageFailures = CoreMetrics.Counter(label: "tonearm_router_storage_write_failures_total", factory: factory)
         relayedClients = CoreMetrics.Gauge(label: "tonearm_router_relayed_clients", factory: factory)
+        relayUpstreams = CoreMetrics.Gauge(label: "tonearm_router_relay_upstreams", factory: factory)
         stationRelays = CoreMetrics.Gauge(label: "tonearm_router_station_relays", factory: factory)
         stationRelaysServed = CoreMetrics.Gauge(label: "tonearm_router_station_relays_served", factory: factory)
     }
@@ -103,6 +108,7 @@ final class RouterMetrics: Sendable {
         storageOK.record(reading.storage.ok ? 1 : 0)
         storageUnsaved.record(reading.storage.unsaved)
         relayedClients.record(reading.relays.clients)
+        relayUpstreams.record(reading.relays.upstreams)
         stationRelays.record(reading.relays.stations)
         stationRelaysServed.record(reading.relays.served)
         recorded.withLock { recorded in

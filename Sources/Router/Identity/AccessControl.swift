@@ -72,8 +72,10 @@ struct AccessControl: Sendable {
         message: "a listen token may only hear its session (/listen, /hls), not control it")
 
     /// Whether the request carries the bot token (bots are not held to the browsers' share).
-    func isBot(_ request: Request) -> Bool {
-        guard let botToken, let token = Self.token(in: request) else { return false }
+    func isBot(_ request: Request) -> Bool { isBot(token: Self.token(in: request)) }
+
+    func isBot(token: String?) -> Bool {
+        guard let botToken, let token else { return false }
         return Self.constantTimeEqual(token, botToken)
     }
 
@@ -102,8 +104,11 @@ struct AccessControl: Sendable {
     }
 
     /// Only the bot token passes (401 without a valid token, 403 with a browser's).
-    func requireBot(_ request: Request) throws(APIError) {
-        guard let token = Self.token(in: request) else {
+    func requireBot(_ request: Request) throws(APIError) { try requireBot(token: Self.token(in: request)) }
+
+    /// `requireBot` for a token already taken from its request (a relayed client's command).
+    func requireBot(token: String?) throws(APIError) {
+        guard let token else {
             throw APIError(status: .unauthorized, code: "unauthorized", message: "the bot token is required (Authorization: Bearer or ?token=)")
         }
         if let botToken, Self.constantTimeEqual(token, botToken) { return }
