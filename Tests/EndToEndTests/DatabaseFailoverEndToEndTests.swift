@@ -9,8 +9,9 @@ import Testing
 
 @Suite(.serialized, .timeLimit(.minutes(4))) struct DatabaseFailoverEndToEndTests {
     /// Every pair stops its guilds at the fence (2 s) while the database does not answer; when it
-    /// does again, every lease is over at once and each pair's renewal races the others'
-    /// placements of orphans and of the bots reconnecting: every guild is taken by one pair.
+    /// does again, every lease is over at once: each pair renews its own and plays them on, and
+    /// no pair places another's orphans (or a reconnecting bot's guild) before it has reached the
+    /// database for a lease. Every guild is played by one pair, the one it was on.
     /// Opt-in (TONEARM_DATABASE_OUTAGE=1) until it has more runs behind it: it failed 8 of 9
     /// runs before statements' deadlines were bounded (docs/cluster.md, "PostgreSQL highly
     /// available").
@@ -19,6 +20,7 @@ import Testing
         let database = try PostgresServer()
         let scenario = try await Scenario(database: database)
         defer { scenario.close() }
+        let before = try scenario.cluster.owners()
         let frozenAt = ContinuousClock.now
         database.freeze(true)
         defer { database.freeze(false) }
@@ -29,6 +31,11 @@ import Testing
         database.freeze(false)
         try await scenario.check(watched, from: frozenAt, limit: 7 + 3)
         print("database outage: 7 s frozen; guild silences \(watched.silences.map { String(format: "%.2f", $0) }) s")
+        // Every pair saw the outage, so each plays its own guilds on: none taken by the first back.
+        let after = try scenario.cluster.owners()
+        let moved = scenario.guilds.filter { before[$0] != after[$0] }
+        print("database outage: \(moved.count) of \(scenario.guilds.count) guilds moved to another pair")
+        #expect(moved.isEmpty, "moved: \(moved.map { "\($0) \(before[$0] ?? "-") → \(after[$0] ?? "-")" })")
         await scenario.cluster.stop()
         database.stop()
     }

@@ -125,9 +125,20 @@ import WireProtocol
         #expect(machine.placing(nil, pairs: [pair("back", steady: false)], for: id("g"), at: start) == .assign(pair("back", steady: false)))
     }
 
+    /// A machine that has renewed every round for a lease up to `until` (it reaches the database).
+    func reaching(until: ContinuousClock.Instant) -> ClusterMachine {
+        var machine = ClusterMachine(settings: settings)
+        var sent = until - settings.lease
+        while sent <= until {
+            _ = machine.renewed([:], sent: sent)
+            sent += settings.renewEvery
+        }
+        return machine
+    }
+
     @Test func orphansGoToTheBestPairAndOthersWaitThreeRoundsForIt() {
         let start = ContinuousClock.now
-        let machine = owning([], at: start)
+        let machine = reaching(until: start)
         let fresh = ClusterDatabase.Orphan(
             id: id("o1"), ownership: .init(owner: "dead", epoch: 1, live: false), expiredFor: .milliseconds(100))
         let old = ClusterDatabase.Orphan(
@@ -141,6 +152,44 @@ import WireProtocol
         // A pair that cannot prove its leases takes none itself.
         let fenced = machine.orphanAssignments([old], pairs: [pair("me"), pair("other", sessions: 9)], at: start + settings.lease)
         #expect(fenced.map(\.to.id) == ["other"])
+    }
+
+    @Test func aPairBackAtTheDatabasePlacesNoOrphanUntilItHasReachedItForALease() {
+        let back = ContinuousClock.now
+        let orphan = ClusterDatabase.Orphan(
+            id: id("o"), ownership: .init(owner: "cut-off-too", epoch: 1, live: false), expiredFor: .seconds(20))
+        // Its first round after the outage: the owner may be back at its next one.
+        var machine = ClusterMachine(settings: settings)
+        _ = machine.renewed([:], sent: back)
+        #expect(machine.orphanAssignments([orphan], pairs: [pair("me")], at: back).isEmpty)
+        // Renewing every round for a lease, it has seen every pair that is back: the orphan is placed.
+        var sent = back
+        while sent < back + settings.pairTimeout {
+            sent += settings.renewEvery
+            _ = machine.renewed([:], sent: sent)
+        }
+        #expect(machine.orphanAssignments([orphan], pairs: [pair("me")], at: sent).map(\.to.id) == ["me"])
+        // A gap longer than `steadyGap` between two renewals starts the wait again.
+        let again = sent + settings.steadyGap + .milliseconds(1)
+        _ = machine.renewed([:], sent: again)
+        #expect(machine.orphanAssignments([orphan], pairs: [pair("me")], at: again + .milliseconds(100)).isEmpty)
+        #expect(machine.reachingSince == again)
+        // Nor does a client's placement give the orphan away meanwhile (its owner's or this pair's own).
+        let expired = ["cut-off-too", "me"].map { ClusterDatabase.Ownership(owner: $0, epoch: 1, live: false) }
+        for ownership in expired {
+            guard case .unavailable = machine.placing(ownership, pairs: [pair("me")], for: id("o"), at: again + .milliseconds(100)) else {
+                Issue.record("a pair just back placed \(ownership.owner ?? "-")'s orphan")
+                continue
+            }
+        }
+        sent = again
+        while sent < again + settings.pairTimeout {
+            sent += settings.renewEvery
+            _ = machine.renewed([:], sent: sent)
+        }
+        for ownership in expired {
+            #expect(machine.placing(ownership, pairs: [pair("me")], for: id("o"), at: sent) == .assign(pair("me")))
+        }
     }
 
     @Test func rebalancingGivesNothingToAPairNotYetSteady() throws {

@@ -28,10 +28,21 @@ extension ClusterMachine {
             if let pair = pairs.first(where: { $0.id == owner }) { return .remote(pair.address) }
             return .unavailable("the pair that plays this session stopped answering; it moves within seconds")
         }
+        // An orphan, as `orphanAssignments` sees it: left to its owner's first round while this
+        // pair may not yet see whether the owner is back.
+        if ownership?.owner != nil, !hasReachedTheDatabaseForALease(at: now) {
+            return .unavailable("this pair has just reached the cluster's database again; the session plays within seconds")
+        }
         guard let best = LoadScore.best(of: candidates(pairs, at: now), for: id.description) else {
             return .unavailable("every pair of the cluster is full or draining")
         }
         return .assign(best)
+    }
+
+    /// Whether this pair's renewals have run without a gap for `pairTimeout`: long enough to
+    /// have seen every pair that reaches the database too as live.
+    func hasReachedTheDatabaseForALease(at now: ContinuousClock.Instant) -> Bool {
+        reachingSince.map { now - $0 >= settings.pairTimeout } ?? false
     }
 
     /// The pairs a session may be given to: every live one, less this pair while it cannot
@@ -42,10 +53,16 @@ extension ClusterMachine {
 
     /// Which orphans go where now: each to the pair with the lowest load score, counting each
     /// one given as load for the next, so they spread. This pair gives an orphan to another
-    /// only once that pair has left it for three rounds (it may be the next to fail).
+    /// only once that pair has left it for three rounds (it may be the next to fail). A pair
+    /// that has reached the database for less than `pairTimeout` (it has just started, or is back
+    /// from an outage) places none: after an outage every pair saw, the others' sessions are
+    /// orphans and the others not yet live, and the first pair back would take them all; their
+    /// owners renew them at their own first round instead (2026-11-29's chaos run: 54 of 60
+    /// guilds on one pair after the database came back).
     func orphanAssignments(
         _ orphans: [ClusterDatabase.Orphan], pairs live: [ClusterDatabase.Pair], at now: ContinuousClock.Instant
     ) -> [(orphan: ClusterDatabase.Orphan, to: ClusterDatabase.Pair)] {
+        guard hasReachedTheDatabaseForALease(at: now) else { return [] }
         var pairs = candidates(live, at: now)
         var assignments: [(orphan: ClusterDatabase.Orphan, to: ClusterDatabase.Pair)] = []
         for orphan in orphans {

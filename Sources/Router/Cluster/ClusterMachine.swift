@@ -28,6 +28,11 @@ struct ClusterMachine: Sendable {
     /// succeeded (or, before the first, the statement that gave it its first session). Every
     /// lease it holds runs at least `lease` past this, by the database's clock.
     private(set) var renewedAt: ContinuousClock.Instant?
+    /// The first renewal of the run of renewals this pair is in now, each sent within
+    /// `steadyGap` of the one before. Until this pair has reached the database for a lease, it
+    /// cannot tell a pair that died from one that was cut off with it and is coming back.
+    private(set) var reachingSince: ContinuousClock.Instant?
+    private var lastRenewal: ContinuousClock.Instant?
     private(set) var draining = false
     /// Sessions given to another pair at a moment still to come: this engine plays them until
     /// the moment (and the hand-over's end, 300 ms later), so its fence names them until then.
@@ -76,6 +81,12 @@ struct ClusterMachine: Sendable {
     /// read them before they left).
     mutating func renewed(_ rows: [SessionID: Int64], sent: ContinuousClock.Instant) -> (lost: [SessionID], gained: [(SessionID, Int64)]) {
         renewedAt = max(renewedAt ?? sent, sent)
+        if let previous = lastRenewal, sent - previous <= settings.steadyGap, reachingSince != nil {
+            lastRenewal = max(previous, sent)
+        } else {
+            reachingSince = sent
+            lastRenewal = sent
+        }
         departed = departed.filter { $0.value > sent - settings.lease }
         let lost = owned.filter { rows[$0.key] == nil && $0.value.since < sent }.map(\.key).sorted { $0.description < $1.description }
         for id in lost { owned.removeValue(forKey: id) }
