@@ -344,3 +344,17 @@ final class PairCluster: @unchecked Sendable {
         network?.remove()
     }
 }
+
+extension PairCluster {
+    /// Plays guild `i` through pair `i % 3` with `tones[i % tones.count]`, and gives each guild a bot
+    /// that connects to every Router in turn (`addresses`, in order, starting at its own index)
+    /// with the reference bot's connect and silence timeouts.
+    func playWithBots(_ guilds: [String], tones: [Int]) async throws -> [BalancedListener] {
+        for (index, guild) in guilds.enumerated() {
+            let answer = try await pairs[index % pairs.count].play(guild, "tone-\(tones[index % tones.count]).mp3")
+            #expect(answer.status == 202, "\(answer.body)")
+        }
+        let addresses = allAddresses
+        return guilds.indices.map { BalancedListener(session: guilds[$0], addresses: { addresses }, start: $0, patience: .init()) }
+    }
+}

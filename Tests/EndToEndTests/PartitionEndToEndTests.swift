@@ -61,14 +61,7 @@ final class TwoEngineWatch: Sendable {
         try await cluster.start()
         let tones = [440, 550, 660, 770, 880, 990]
         let guilds = (0..<9).map { "part-\($0)" }
-        for (index, guild) in guilds.enumerated() {
-            let answer = try await cluster.pairs[index % 3].play(guild, "tone-\(tones[index % tones.count]).mp3")
-            #expect(answer.status == 202, "\(answer.body)")
-        }
-        let addresses = cluster.allAddresses
-        let bots = guilds.indices.map {
-            BalancedListener(session: guilds[$0], addresses: { addresses }, start: $0, patience: .init())
-        }
+        let bots = try await cluster.playWithBots(guilds, tones: tones)
         defer { for bot in bots { bot.close() } }
         #expect(await eventually(timeout: .seconds(20)) { bots.allSatisfy { $0.audio().count >= 100 } }, "not every guild was heard")
 
