@@ -8,7 +8,7 @@ import TestSupport
 import Testing
 
 @Suite(.serialized, .timeLimit(.minutes(3))) struct DatabaseReturnEndToEndTests {
-    /// Opt-in (TONEARM_DATABASE_RETURN=1): it fails in about half the runs. A pair back more than
+    /// Opt-in (TONEARM_DATABASE_RETURN=1): it fails in most runs. A pair back more than
     /// a lease after the first is, by the rule, taken for dead, and after a 6 s cut one pair often
     /// is: its connection attempts kept timing out (`Connect timeout (1 s)`) for seconds after the
     /// mend while the others renewed, cause not found (a new connection pool after 2 s of failures,
