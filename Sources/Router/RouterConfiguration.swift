@@ -133,11 +133,6 @@ package struct RouterConfiguration: Sendable {
             cluster = try Self.cluster(url: url, environment: environment, port: port)
         }
         if let value = environment["TONEARM_LAVALINK_PASSWORD"], !value.isEmpty {
-            guard cluster == nil else {
-                throw RouterConfigurationError(
-                    message: "TONEARM_LAVALINK_PASSWORD: the Lavalink API is served by a single pair so far, not in a cluster "
-                        + "(TONEARM_DATABASE_URL); docs/lavalink.md")
-            }
             lavalinkPassword = value
         }
         if let value = environment["TONEARM_LAVALINK_PLAYER_UPDATE_INTERVAL"] {

@@ -83,13 +83,14 @@ package enum RouterService {
         let voice = VoiceConnections(
             store: store, trustRoots: configuration.voiceTrustRoots, daveSocket: configuration.daveSocket, logger: logger)
         api.voice = voice
-        let lavalink = configuration.lavalinkPassword.map {
+        let lavalink = configuration.lavalinkPassword.map { password in
             LavalinkNode(
-                password: $0, playerUpdateInterval: configuration.lavalinkPlayerUpdateInterval,
+                password: password, playerUpdateInterval: configuration.lavalinkPlayerUpdateInterval,
                 statsInterval: configuration.lavalinkStatsInterval, store: store, directory: directory,
                 commands: SessionCommands(directory: directory, link: link, engine: engine), engine: engine, voice: voice,
-                logger: logger)
+                logger: logger, cluster: relay.map { LavalinkCluster(relay: $0, password: password, logger: logger) })
         }
+        if let lavalink, let member { member.onAdopted { guild in await lavalink.adopted(guild) } }
         api.lavalink = lavalink
         var answers = HLSFastAnswers(hls: hls, access: access)
         if let member { answers.playsHere = { member.epoch(of: $0) != nil } }

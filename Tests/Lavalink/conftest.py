@@ -19,6 +19,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 
 import discord
 import pytest
@@ -136,6 +137,36 @@ class MainGateway:
                 state.parse_voice_server_update({"token": "voice-token", "guild_id": str(GUILD), "endpoint": self.standin.endpoint})
 
         asyncio.get_running_loop().call_soon(answer)
+
+
+async def wavelink_player(client: discord.Client, standin: StandIn):
+    """A wavelink Player in the guild's voice channel, made as `channel.connect(cls=wavelink.Player)`
+    makes it: the player asks the main gateway to join (op 4), which answers with the two voice
+    events; the caller's `client` stands for discord.py's channel cache, this for the gateway."""
+    import wavelink
+
+    player: wavelink.Player | None = None
+
+    async def change_voice_state(*, channel, self_mute: bool = False, self_deaf: bool = False) -> None:
+        async def answer() -> None:
+            await player.on_voice_state_update({"channel_id": str(CHANNEL), "session_id": "main-gateway-session"})
+            await player.on_voice_server_update({"token": "voice-token", "guild_id": str(GUILD), "endpoint": standin.endpoint})
+        asyncio.get_running_loop().create_task(answer())
+
+    guild = SimpleNamespace(id=GUILD, change_voice_state=change_voice_state)
+    channel = SimpleNamespace(id=CHANNEL, guild=guild, members=[], mention=f"<#{CHANNEL}>")
+    client.get_channel = lambda _id: channel
+    player = wavelink.Player(client, channel)
+    await player.connect(timeout=10, reconnect=True)
+    return player
+
+
+async def falls_silent(standin: StandIn, what: str, frames: int, settle: float) -> None:
+    """The stand-in hears `frames` silence frames (what Tonearm sends when the audio stops), then
+    nothing more for `settle` s."""
+    quiet = await standin.wait(lambda s: s["silence_frames"] >= frames, timeout=5, what=f"silence frames on {what}")
+    await asyncio.sleep(settle)
+    assert standin.stream()["packets"] == quiet["packets"], f"packets kept coming after {what}"
 
 
 async def until(condition, timeout: float = 10) -> bool:

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import discord
 import wavelink
 
-from conftest import CHANNEL, GUILD, PASSWORD, USER, hear_the_controls, until
+from conftest import PASSWORD, USER, falls_silent, hear_the_controls, until, wavelink_player
 
 
 def test_wavelink_plays_through_tonearm(node, standin):
@@ -41,22 +41,7 @@ def test_wavelink_plays_through_tonearm(node, standin):
             link = (await wavelink.Playable.search(node.link))[0]
             assert link.source == "http" and link.uri == node.link
 
-            # What `channel.connect(cls=wavelink.Player)` does: the player asks the main gateway to
-            # join (op 4), which answers with the two voice events; the test is that gateway, and
-            # discord.py's channel cache.
-            player: wavelink.Player | None = None
-
-            async def change_voice_state(*, channel, self_mute: bool = False, self_deaf: bool = False) -> None:
-                async def answer() -> None:
-                    await player.on_voice_state_update({"channel_id": str(CHANNEL), "session_id": "main-gateway-session"})
-                    await player.on_voice_server_update({"token": "voice-token", "guild_id": str(GUILD), "endpoint": standin.endpoint})
-                asyncio.get_running_loop().create_task(answer())
-
-            guild = SimpleNamespace(id=GUILD, change_voice_state=change_voice_state)
-            channel = SimpleNamespace(id=CHANNEL, guild=guild, members=[], mention=f"<#{CHANNEL}>")
-            client.get_channel = lambda _id: channel
-            player = wavelink.Player(client, channel)
-            await player.connect(timeout=10, reconnect=True)
+            player = await wavelink_player(client, standin)
 
             # wavelink's queue: the link follows the file on its TrackEndEvent.
             player.autoplay = wavelink.AutoPlayMode.partial
@@ -84,9 +69,7 @@ def test_wavelink_plays_through_tonearm(node, standin):
             assert await until(lambda: wavelink_node.status == wavelink.NodeStatus.CONNECTED, 10)
 
             await player.stop()
-            stopping = await standin.wait(lambda s: s["silence_frames"] >= 10, timeout=3, what="silence frames on stop")
-            await asyncio.sleep(1)
-            assert standin.stream()["packets"] == stopping["packets"], "packets kept coming after stop"
+            await falls_silent(standin, "stop", frames=10, settle=1)
         finally:
             await wavelink.Pool.close()
             await client.close()

@@ -91,6 +91,22 @@ import Testing
 
     /// A play stopped just before the client asked for another (its session ended, another took
     /// the guild): its `finished` is not the end of the track asked for, which then starts.
+    @Test func aGuildThatMovesPairsKeepsItsTrackWithoutAWord() {
+        // At the pair it leaves: the play ends for the hand-over (or its fence), not for the client.
+        var leaving = LavalinkPlayer.Tracks(current: ["encoded": "c"], currentPlayID: 4)
+        for code in ["handed_over", "fenced"] {
+            #expect(translate(["type": "finished", "reason": "stopped", "code": code, "play_id": 4], &leaving).isEmpty)
+        }
+        #expect(leaving.current != nil)
+        // At the pair that takes it on: the player from its row; the play going on there starts
+        // nothing new, and ends as any other.
+        var row = LavalinkCluster.tracks(LavalinkCluster.row(leaving))
+        #expect(row.continuing && row.current?["encoded"] as? String == "c")
+        #expect(translate(["type": "ready", "play_id": 1], &row).isEmpty && row.currentPlayID == 1 && !row.continuing)
+        #expect(translate(["type": "finished", "reason": "finished", "play_id": 1], &row).map(\.reason) == ["finished"])
+        #expect(translate(["type": "ready", "play_id": 2], &row).isEmpty)  // a track the client did not give
+    }
+
     @Test func anOlderPlaysEndDoesNotEndTheTrackAskedFor() {
         var tracks = LavalinkPlayer.Tracks(pending: Self.next)
         #expect(translate(["type": "finished", "reason": "stopped", "play_id": 3], &tracks).isEmpty)

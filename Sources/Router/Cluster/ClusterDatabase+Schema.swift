@@ -1,4 +1,5 @@
-// The cluster's two tables, made (and brought up to date) by whichever Router starts first.
+// The cluster's tables (Lavalink's in ClusterDatabase+Lavalink), made (and brought up to date) by
+// whichever Router starts first.
 import PostgresNIO
 
 extension ClusterDatabase {
@@ -8,7 +9,7 @@ extension ClusterDatabase {
         try await run(within: .seconds(30)) { connection, logger in
             try await connection.query("SELECT pg_advisory_lock(74661)", logger: logger)
             do {
-                for statement in Self.schema { try await connection.query(statement, logger: logger) }
+                for statement in Self.schema + Self.lavalinkSchema { try await connection.query(statement, logger: logger) }
             } catch {
                 _ = try? await connection.query("SELECT pg_advisory_unlock(74661)", logger: logger)
                 throw error

@@ -25,6 +25,8 @@ final class ClusterMember: Service, Sendable {
     private let loadReader = Mutex<(@Sendable () -> LoadReport?)?>(nil)
     /// Where the engine's fence goes (nil: nowhere, in tests without an engine).
     private let fenceSender = Mutex<(@Sendable (Fence) async -> Void)?>(nil)
+    /// Told of each session this pair takes on, once it plays here (the Lavalink players' rows).
+    private let adoptedHandler = Mutex<(@Sendable (SessionID) async -> Void)?>(nil)
     /// When this pair last moved sessions to rebalance (its loads may not show it yet).
     let lastRebalance = Mutex<ContinuousClock.Instant?>(nil)
 
@@ -39,6 +41,7 @@ final class ClusterMember: Service, Sendable {
     var directory: SessionDirectory? { directoryBox.withLock { $0 } }
     func readLoad(from reader: @escaping @Sendable () -> LoadReport?) { loadReader.withLock { $0 = reader } }
     func sendFences(to sender: @escaping @Sendable (Fence) async -> Void) { fenceSender.withLock { $0 = sender } }
+    func onAdopted(_ handler: @escaping @Sendable (SessionID) async -> Void) { adoptedHandler.withLock { $0 = handler } }
 
     /// What the heartbeat says of this pair: the engine's CPU against its budget (else the host's
     /// load per core), its late frames over the last minute, and whether it takes new plays.
@@ -209,6 +212,7 @@ final class ClusterMember: Service, Sendable {
         guard let directory else { return }
         let adopted = await directory.adopt(id) { [self] in machine.withLock { $0.holds(id, epoch: epoch, at: .now) } }
         await directory.unreserve(id)  // the claim's
+        if adopted, let handler = adoptedHandler.withLock({ $0 }) { Task { await handler(id) } }
         guard !adopted, machine.withLock({ $0.owned[id]?.epoch == epoch ? $0.remove(id, at: .now) : nil }) != nil else { return }
         try? await database.release(id, epoch: epoch)
     }

@@ -8,6 +8,8 @@ import DiscordVoice
 import EngineAPI
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
+import NIOCore
 import ServiceSupport
 import Synchronization
 import WireProtocol
@@ -23,11 +25,16 @@ final class LavalinkNode: Sendable {
     let voice: VoiceConnections
     let startedAt = ContinuousClock.now
     let logger: Logger
-    private let sessions = Mutex<[String: LavalinkSession]>([:])
+    /// In a cluster: the sessions and players every pair shares (nil: a single pair).
+    let cluster: LavalinkCluster?
+    let sessions = Mutex<[String: LavalinkSession]>([:])
+    /// The clients' connections (`LavalinkSocket`), cut when the Router stops.
+    let sockets = NIOLockedValueBox<(open: [UInt64: any Channel], last: UInt64)>(([:], 0))
 
     init(
         password: String, playerUpdateInterval: Duration, statsInterval: Duration = .seconds(60), store: SessionStore,
-        directory: SessionDirectory, commands: SessionCommands, engine: EngineClient, voice: VoiceConnections, logger: Logger
+        directory: SessionDirectory, commands: SessionCommands, engine: EngineClient, voice: VoiceConnections, logger: Logger,
+        cluster: LavalinkCluster? = nil
     ) {
         self.password = password
         self.playerUpdateInterval = playerUpdateInterval
@@ -38,40 +45,10 @@ final class LavalinkNode: Sendable {
         self.engine = engine
         self.voice = voice
         self.logger = logger
+        self.cluster = cluster
     }
 
-    // MARK: Sessions
-
-    /// The session a socket opens: the one named by `Session-Id` when it is kept for resuming
-    /// (resumed), else a new one.
-    func open(userID: String, resume: String?) -> (session: LavalinkSession, resumed: Bool) {
-        sessions.withLock { sessions in
-            // The old socket may not have been seen closing yet: the new one takes the session over.
-            if let resume, let kept = sessions[resume], kept.userID == userID, kept.resuming { return (kept, true) }
-            let session = LavalinkSession(id: LavalinkSession.newID(), userID: userID)
-            sessions[session.id] = session
-            return (session, false)
-        }
-    }
-
-    func session(_ id: String) throws(LavalinkError) -> LavalinkSession {
-        guard let session = sessions.withLock({ $0[id] }) else { throw .notFound("Session not found") }
-        return session
-    }
-
-    var allSessions: [LavalinkSession] { sessions.withLock { Array($0.values) } }
-
-    /// The socket of `generation` closed: the session waits `timeout` s for its client when it
-    /// asked for resuming, then (or at once) ends with its players.
-    func closed(_ session: LavalinkSession, generation: UInt64) async {
-        guard let (resuming, timeout) = session.detach(generation) else { return }
-        if resuming {
-            try? await Task.sleep(for: .seconds(timeout))
-            guard session.generation == nil else { return }
-        }
-        sessions.withLock { _ = $0.removeValue(forKey: session.id) }
-        for player in session.removeAllPlayers() { await destroy(player) }
-    }
+    // MARK: Sessions (LavalinkNode+Sessions)
 
     // MARK: Players
 
@@ -110,8 +87,9 @@ final class LavalinkNode: Sendable {
     func update(_ guild: SessionID, of session: LavalinkSession, _ update: PlayerUpdate, noReplace: Bool) async throws(LavalinkError)
         -> JSONObject
     {
-        let (player, made) = session.player(guild) { LavalinkPlayer(guild: guild, session: session) }
+        let (player, made) = session.player(guild) { makePlayer(guild, of: session) }
         if made { player.token.withLock { $0 = store.subscribe(guild, kind: .lavalink, sink: player) } }
+        defer { cluster?.save(player, of: session) }
         if let voiceObject = update.voice {
             let credentials = try Self.credentials(voiceObject, user: session.userID, guild: guild)
             player.state.withLock { $0.voice = voiceObject }
@@ -224,8 +202,9 @@ final class LavalinkNode: Sendable {
 
     /// `DELETE …/players/{guildId}`, or the end of its session: the guild stops, its voice
     /// connection ends, the player is gone.
-    func destroy(_ player: LavalinkPlayer) async {
+    func destroy(_ player: LavalinkPlayer, of session: String) async {
         if let token = player.token.withLock({ $0 }) { store.unsubscribe(player.guild, token: token) }
+        cluster?.delete(player.guild, of: session)
         // A client that connected again without resuming moved its player to its new session: the
         // guild plays on for that one when the old session ends.
         func heldElsewhere() -> Bool { allSessions.contains { $0.player(player.guild) != nil } }

@@ -2,7 +2,8 @@
 // id. It is a text-only client of that session (`ClientKind.lavalink`): the session's events come
 // to it in order and leave as Lavalink's (`LavalinkPlayer.translate`, a pure function):
 //   ready → TrackStartEvent; finished → TrackEndEvent (finished, stopped, replaced, cleanup; an
-//   error → loadFailed); error → TrackExceptionEvent (and TrackEndEvent loadFailed for a track that
+//   error → loadFailed; none when the guild moved to another pair of a cluster, where its track
+//   goes on without a new TrackStartEvent); error → TrackExceptionEvent (and TrackEndEvent loadFailed for a track that
 //   never started); stuck → TrackStuckEvent; voice_state disconnected → WebSocketClosedEvent with
 //   Discord's code.
 import Foundation
@@ -18,6 +19,8 @@ final class LavalinkPlayer: ClientSink {
     let state: Mutex<Tracks>
     /// The store's token for this player's subscription.
     let token = Mutex<UInt64?>(nil)
+    /// Told when the player's track changes (in a cluster, the player's row is written again).
+    private let changed: @Sendable (LavalinkPlayer) -> Void
 
     /// The Lavalink tracks of this player: the one asked for and not started yet, and the one
     /// playing. Each is `[encoded, info, pluginInfo, userData]` as the client gave it.
@@ -36,11 +39,15 @@ final class LavalinkPlayer: ClientSink {
         /// Tracks given to Tonearm's queue through the plugin (`POST …/tonearm/queue`), in its
         /// order: each becomes `current` at the next `ready` that has no `pending`.
         var queued: [JSONObject] = []
+        /// In a cluster, a player run again at the pair that took its guild on: the next `ready`
+        /// is its track going on there, which the client was told of already.
+        var continuing = false
     }
 
-    init(guild: SessionID, session: LavalinkSession) {
+    init(guild: SessionID, session: LavalinkSession, changed: @escaping @Sendable (LavalinkPlayer) -> Void = { _ in }) {
         self.guild = guild
         self.session = WeakSession(session)
+        self.changed = changed
         eventLoop = MultiThreadedEventLoopGroup.singleton.next()
         state = Mutex(Tracks())
     }
@@ -54,6 +61,14 @@ final class LavalinkPlayer: ClientSink {
         guard !audio, let event = LavalinkJSON.object(bytes.readableBytesView) else { return }
         let messages = state.withLock { Self.translate(event, guild: guild.description, tracks: &$0) }
         for message in messages { session.value?.send(LavalinkJSON.text(message)) }
+        if messages.contains(where: { ["TrackStartEvent", "TrackEndEvent"].contains($0["type"] as? String) }) { changed(self) }
+    }
+
+    /// The guild moved to another pair of the cluster, which runs its player from now on (from
+    /// the player's row): it leaves this Router's session, without a word to the client.
+    func moved() {
+        guard let owner = session.value, owner.player(guild) === self else { return }
+        _ = owner.removePlayer(guild)
     }
 
     /// The Lavalink messages one Tonearm event of the guild makes, and what it changes.
@@ -65,6 +80,11 @@ final class LavalinkPlayer: ClientSink {
         case "ready":
             let playID = event["play_id"] as? Int
             guard playID == nil || playID != tracks.currentPlayID else { return [] }
+            if tracks.continuing, tracks.pending == nil, tracks.current != nil {
+                tracks.continuing = false
+                tracks.currentPlayID = playID
+                return []
+            }
             var messages: [JSONObject] = []
             let track: JSONObject
             if let pending = tracks.pending {
@@ -86,6 +106,8 @@ final class LavalinkPlayer: ClientSink {
             tracks.currentPlayID = playID
             return messages + [message("TrackStartEvent", ["track": track])]
         case "finished":
+            // The guild goes on at another pair of the cluster, and so does its track.
+            if let code = event["code"] as? String, Self.movedCodes.contains(code) { return [] }
             let reason = event["reason"] as? String ?? "finished"
             let lavalinkReason = ["finished": "finished", "stopped": "stopped", "replaced": "replaced", "cleanup": "cleanup"][reason]
             let playID = event["play_id"] as? Int
@@ -145,6 +167,10 @@ final class LavalinkPlayer: ClientSink {
             return []
         }
     }
+
+    /// The codes of a play that ended because its guild moved to another pair (a hand-over, the
+    /// fence of a pair that lost its lease).
+    static let movedCodes: Set<String> = ["handed_over", "fenced"]
 
     /// Lavalink's severity for a Tonearm error code: `common` for what a source or a user did
     /// (the cause is known), `fault` for the rest.

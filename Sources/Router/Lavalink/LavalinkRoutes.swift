@@ -17,6 +17,7 @@ struct LavalinkRoutes {
 
     func addRoutes(to router: Router<TonearmRequestContext>) {
         router.add(middleware: LavalinkPassword(password: node.password))
+        if let cluster = node.cluster { router.add(middleware: LavalinkForwarding(cluster: cluster)) }
         router.get("/version") { _, _ in
             Response(status: .ok, headers: [.contentType: "text/plain"], body: .init(byteBuffer: ByteBuffer(string: LavalinkJSON.version)))
         }
@@ -59,7 +60,7 @@ struct LavalinkRoutes {
             var request = request
             let body = try await request.collectBody(upTo: 64 * 1024)
             return await answer(request) { () async throws(LavalinkError) in
-                let session = try node.session(context.parameters.get("session") ?? "")
+                let id = context.parameters.get("session") ?? ""
                 guard let object = LavalinkJSON.object(body.readableBytesView) else { throw .badRequest("the body must be a JSON object") }
                 let timeout = try object["timeout"].map { (value) throws(LavalinkError) -> Int in
                     guard let seconds = PlayerUpdate.integer(value), (0...86_400).contains(seconds) else {
@@ -69,21 +70,18 @@ struct LavalinkRoutes {
                 }
                 let resuming = object["resuming"].flatMap { PlayerUpdate.isBoolean($0) ? $0 as? Bool : nil }
                 if object["resuming"] != nil, resuming == nil { throw .badRequest("resuming must be true or false") }
-                let now = session.configure(resuming: resuming, timeout: timeout)
+                let now = try await node.configure(id, resuming: resuming, timeout: timeout)
                 return ["resuming": now.resuming, "timeout": now.timeout]
             }
         }
         router.get("/v4/sessions/:session/players") { request, context in
             await answer(request) { () async throws(LavalinkError) in
-                let session = try node.session(context.parameters.get("session") ?? "")
-                var views: [JSONObject] = []
-                for player in session.players { views.append(await node.view(player)) }
-                return views
+                try await node.players(of: context.parameters.get("session") ?? "")
             }
         }
         router.get("/v4/sessions/:session/players/:guild") { request, context in
             await answer(request) { () async throws(LavalinkError) in
-                let session = try node.session(context.parameters.get("session") ?? "")
+                let session = try await node.session(context.parameters.get("session") ?? "")
                 guard let player = session.player(try Self.guild(context)) else { throw .notFound("Player not found") }
                 return await node.view(player)
             }
@@ -92,7 +90,7 @@ struct LavalinkRoutes {
             var request = request
             let body = try await request.collectBody(upTo: 64 * 1024)
             return await answer(request) { () async throws(LavalinkError) in
-                let session = try node.session(context.parameters.get("session") ?? "")
+                let session = try await node.session(context.parameters.get("session") ?? "")
                 let guild = try Self.guild(context)
                 guard let object = LavalinkJSON.object(body.readableBytesView) else { throw .badRequest("the body must be a JSON object") }
                 let noReplace = request.uri.queryParameters["noReplace"] == "true"
@@ -101,14 +99,21 @@ struct LavalinkRoutes {
         }
         router.delete("/v4/sessions/:session/players/:guild") { request, context in
             await answer(request, status: .noContent) { () async throws(LavalinkError) in
-                let session = try node.session(context.parameters.get("session") ?? "")
+                let session = try await node.session(context.parameters.get("session") ?? "")
                 guard let player = session.removePlayer(try Self.guild(context)) else { throw .notFound("Player not found") }
-                await node.destroy(player)
+                await node.destroy(player, of: session.id)
                 return NSNull()
             }
         }
         router.ws("/v4/websocket") { _, _ in .upgrade([:]) } onUpgrade: { inbound, outbound, context in
-            try await LavalinkSocket(node: node).serve(inbound: inbound, outbound: outbound, request: context.request)
+            try await LavalinkSocket(node: node).serve(
+                inbound: inbound, outbound: outbound, request: context.request, channel: context.requestContext.channel)
+        }
+        if node.cluster != nil {
+            router.ws("/v4/cluster/feed") { _, _ in .upgrade([:]) } onUpgrade: { inbound, outbound, context in
+                try await LavalinkFeeds.serve(
+                    node: node, inbound: inbound, outbound: outbound, id: context.request.uri.queryParameters["session"].map(String.init) ?? "")
+            }
         }
         plugin.addRoutes(to: router)
     }

@@ -20,6 +20,9 @@ final class LavalinkSession: Sendable {
         var timeoutSeconds = 60
         var queued: [String] = []
         var players: [SessionID: LavalinkPlayer] = [:]
+        /// Whether the last socket to take the session over was its client's (else a feed of its
+        /// home's, in a cluster).
+        var home = true
     }
     private let state = Mutex(State())
 
@@ -46,13 +49,16 @@ final class LavalinkSession: Sendable {
     }
 
     /// A socket takes the session over (a new one, or the client resuming): `ready` first, then
-    /// what was queued meanwhile. Returns the socket's generation, which `detach` names.
-    func attach(_ outbound: AsyncStream<String>.Continuation, resumed: Bool) -> UInt64 {
+    /// what was queued meanwhile. Returns the socket's generation, which `detach` names. In a
+    /// cluster, a feed to the session's home (`home` false) takes it over as its client would,
+    /// without the `ready`.
+    func attach(_ outbound: AsyncStream<String>.Continuation, resumed: Bool, home: Bool = true) -> UInt64 {
         state.withLock { state in
             state.outbound?.finish()
             state.outbound = outbound
             state.generation += 1
-            outbound.yield(LavalinkJSON.text(["op": "ready", "resumed": resumed, "sessionId": id]))
+            state.home = home
+            if home { outbound.yield(LavalinkJSON.text(["op": "ready", "resumed": resumed, "sessionId": id])) }
             for message in state.queued { outbound.yield(message) }
             state.queued.removeAll()
             return state.generation
@@ -71,6 +77,21 @@ final class LavalinkSession: Sendable {
 
     /// Whether a client is connected to the session now, and under which generation.
     var generation: UInt64? { state.withLock { $0.outbound == nil ? nil : $0.generation } }
+
+    /// The last generation given, connected or not.
+    var lastGeneration: UInt64 { state.withLock { $0.generation } }
+
+    /// In a cluster, this pair's part of a session whose client is at another Router: it keeps
+    /// its players' messages for its home's feed.
+    func becomePart() {
+        state.withLock { state in
+            state.home = false
+            state.resuming = true
+        }
+    }
+
+    /// Whether the client's socket was the last to take the session over here.
+    var isHome: Bool { state.withLock { $0.home } }
 
     /// Whether the client asked for the session to be kept when its socket closes.
     var resuming: Bool { state.withLock { $0.resuming } }

@@ -32,14 +32,14 @@ struct TonearmPlugin: Sendable {
         let base = "/v4/sessions/:session/players/:guild/tonearm"
         router.get(RouterPath(base)) { request, context in
             await answer(request) { () async throws(LavalinkError) in
-                await overview(try player(context))
+                await overview(try await player(context))
             }
         }
         router.patch(RouterPath(base)) { request, context in
             var request = request
             let body = try await request.collectBody(upTo: 64 * 1024)
             return await answer(request) { () async throws(LavalinkError) in
-                let player = try player(context)
+                let player = try await player(context)
                 guard let object = LavalinkJSON.object(body.readableBytesView) else { throw .badRequest("the body must be a JSON object") }
                 for command in try TonearmSettings(object, field: "body").commands { try await node.run(command, on: player.guild) }
                 return await overview(player)
@@ -49,12 +49,12 @@ struct TonearmPlugin: Sendable {
             var request = request
             let body = try await request.collectBody(upTo: 1 << 20)
             return await answer(request) { () async throws(LavalinkError) in
-                try await enqueue(body.readableBytesView, on: try player(context))
+                try await enqueue(body.readableBytesView, on: try await player(context))
             }
         }
         router.delete(RouterPath(base + "/queue")) { request, context in
             await answer(request) { () async throws(LavalinkError) in
-                let player = try player(context)
+                let player = try await player(context)
                 if let view = await node.directory.existing(player.guild)?.state {
                     // Everything after what plays, last first so that each index stays where it was.
                     for index in stride(from: view.queue.count - 1, to: view.current ?? -1, by: -1) {
@@ -69,7 +69,7 @@ struct TonearmPlugin: Sendable {
             var request = request
             let body = try await request.collectBody(upTo: 64 * 1024)
             return await answer(request) { () async throws(LavalinkError) in
-                let player = try player(context)
+                let player = try await player(context)
                 guard let object = LavalinkJSON.object(body.readableBytesView) else { throw .badRequest("the body must be a JSON object") }
                 let layer = try Self.layerRequest(object)
                 let started = try await lavalinkErrors { () async throws(APIError) in try await layers.add(layer, on: player.guild) }
@@ -81,7 +81,7 @@ struct TonearmPlugin: Sendable {
         }
         router.delete(RouterPath(base + "/layers/:layer")) { request, context in
             await answer(request, status: .noContent) { () async throws(LavalinkError) in
-                let player = try player(context)
+                let player = try await player(context)
                 guard let layer = context.parameters.get("layer").flatMap({ UInt64($0) }) else {
                     throw .badRequest("the layer id is the number POST …/tonearm/layers answered")
                 }
@@ -92,8 +92,8 @@ struct TonearmPlugin: Sendable {
     }
 
     /// The player a plugin route names: its session must exist and hold it (Lavalink's 404s).
-    private func player(_ context: TonearmRequestContext) throws(LavalinkError) -> LavalinkPlayer {
-        let session = try node.session(context.parameters.get("session") ?? "")
+    private func player(_ context: TonearmRequestContext) async throws(LavalinkError) -> LavalinkPlayer {
+        let session = try await node.session(context.parameters.get("session") ?? "")
         guard let player = session.player(try LavalinkRoutes.guild(context)) else { throw .notFound("Player not found") }
         return player
     }
