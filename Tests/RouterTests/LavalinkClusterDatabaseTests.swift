@@ -1,6 +1,7 @@
 // Lavalink's sessions and players in the cluster's database, against a real PostgreSQL: a
 // session is ended only by its home (not by a pair it has left, whose resume wait ran out after
-// its client resumed elsewhere), a client resumes only its own bot's session kept for resuming,
+// its client resumed elsewhere), a pair's part of it is wanted while its home is heard from or it
+// is kept for resuming, a client resumes only its own bot's session kept for resuming,
 // a player's row names the pair that runs it last, and a pair deletes only a row it runs.
 import Foundation
 import Logging
@@ -16,6 +17,11 @@ import WireProtocol
             let (a, b, c) = (pairs[0], pairs[1], pairs[2])
             let guild = try SessionID("41771983423143937")
             try await a.openLavalinkSession("s", userID: "104")
+            // A pair's part of it is wanted while its home is heard from, or it is kept for resuming.
+            #expect(try await b.lavalinkSessionWanted("s", homeWithin: .seconds(3)) == false)
+            _ = try await a.round(ClusterDatabaseTests().beat("a"), lease: .seconds(3), gap: .seconds(1), within: .seconds(2))
+            #expect(try await b.lavalinkSessionWanted("s", homeWithin: .seconds(3)))
+            #expect(try await b.lavalinkSessionWanted("s", homeWithin: .milliseconds(1)) == false)
             // Kept for resuming only when the client asks; only its own bot resumes it.
             #expect(try await b.resumeLavalinkSession("s", userID: "104") == nil)
             #expect(try await b.configureLavalinkSession("s", resuming: true, timeout: 30) == .init(userID: "104", resuming: true, timeout: 30))
@@ -35,8 +41,10 @@ import WireProtocol
             #expect(try await c.resumeLavalinkSession("s", userID: "104") != nil)
             try await a.endLavalinkSession("s")
             #expect(try await a.lavalinkSession("s") != nil)
+            #expect(try await b.lavalinkSessionWanted("s", homeWithin: .milliseconds(1)))  // resuming
             try await c.endLavalinkSession("s")
             #expect(try await a.lavalinkSession("s") == nil)
+            #expect(try await b.lavalinkSessionWanted("s", homeWithin: .seconds(3)) == false)
             #expect(try await a.lavalinkPlayers(of: guild).isEmpty)
             // A row for a session that is gone is not written.
             try await c.saveLavalinkPlayer(session: "s", guild: guild, player: "{}")

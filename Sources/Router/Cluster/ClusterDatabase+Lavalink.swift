@@ -74,6 +74,22 @@ extension ClusterDatabase {
         }
     }
 
+    /// Whether a pair's part of session `id` is still wanted while its home's feed is away: the
+    /// session exists, and it is kept for resuming or its home's Router is heard from within
+    /// `within` (a home that died without resuming ended it; a feed that failed comes back).
+    func lavalinkSessionWanted(_ id: String, homeWithin within: Duration) async throws -> Bool {
+        let seconds = Self.seconds(within)
+        return try await run { connection, logger in
+            let rows = try await connection.query(
+                """
+                SELECT s.resuming OR coalesce(p.seen_at > clock_timestamp() - make_interval(secs => \(seconds)), false)
+                FROM tonearm_lavalink_session s LEFT JOIN tonearm_pair p ON p.id = s.home WHERE s.id = \(id)
+                """, logger: logger)
+            for try await wanted in rows.decode(Bool.self) { return wanted }
+            return false
+        }
+    }
+
     /// `PATCH /v4/sessions/{id}`: the session after the change (nil: there is none).
     func configureLavalinkSession(_ id: String, resuming: Bool?, timeout: Int?) async throws -> LavalinkSessionRow? {
         let seconds = timeout.map { Int32(clamping: $0) }

@@ -18,9 +18,9 @@ final class LavalinkCluster: Sendable {
     let relay: ClusterRelay
     let password: String
     let logger: Logger
-    /// How long a pair's session waits for its home's feed, when its client did not ask for
-    /// resuming, before its players end.
-    static let feedPatience: Duration = .seconds(10)
+    /// How often a pair's part of a session whose home's feed is away asks whether it is still
+    /// wanted (`LavalinkNode.closed`).
+    static let feedPatience: Duration = .seconds(5)
 
     /// A player's row to write (or to delete), in the order they were asked for.
     enum Write: Sendable {

@@ -80,8 +80,9 @@ extension LavalinkNode {
 
     /// The socket of `generation` closed (a client's, or in a cluster a home's feed, `ended` when
     /// its session is over): the session waits `timeout` s for its client when it asked for
-    /// resuming, a pair's part of it waits a little for its home's feed, then (or at once) it ends
-    /// here with its players; at its home, for the whole cluster.
+    /// resuming, then (or at once) ends here with its players; at its home, for the whole cluster.
+    /// A pair's part of a session waits for its home's feed for as long as the session is wanted
+    /// (`lavalinkSessionWanted`: a feed that failed comes back), at most its resume timeout.
     func closed(_ session: LavalinkSession, generation: UInt64, ended: Bool = false) async {
         guard var (resuming, timeout) = session.detach(generation) else { return }
         let home = session.isHome
@@ -91,10 +92,17 @@ extension LavalinkNode {
             timeout = row?.timeout ?? timeout
             if row == nil { resuming = false }
         }
-        let wait: Duration? =
-            ended ? nil : resuming ? .seconds(timeout) : (cluster != nil && !home ? LavalinkCluster.feedPatience : nil)
-        if let wait {
-            try? await Task.sleep(for: wait)
+        if !ended, let cluster, !home {
+            let deadline = ContinuousClock.now + (resuming ? .seconds(timeout) : .seconds(86_400))
+            repeat {
+                try? await Task.sleep(for: min(LavalinkCluster.feedPatience, max(deadline - .now, .zero)))
+                guard session.generation == nil else { return }
+                // An answer the database cannot give keeps the part: its home decides.
+                let wanted = (try? await cluster.database.lavalinkSessionWanted(session.id, homeWithin: cluster.relay.member.settings.pairTimeout)) ?? true
+                if !wanted { break }
+            } while ContinuousClock.now < deadline
+        } else if !ended, resuming {
+            try? await Task.sleep(for: .seconds(timeout))
             guard session.generation == nil else { return }
         }
         sessions.withLock { _ = $0.removeValue(forKey: session.id) }
