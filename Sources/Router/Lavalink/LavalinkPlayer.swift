@@ -3,9 +3,9 @@
 // to it in order and leave as Lavalink's (`LavalinkPlayer.translate`, a pure function):
 //   ready → TrackStartEvent; finished → TrackEndEvent (finished, stopped, replaced, cleanup; an
 //   error → loadFailed; none when the guild moved to another pair of a cluster, where its track
-//   goes on without a new TrackStartEvent); error → TrackExceptionEvent (and TrackEndEvent loadFailed for a track that
-//   never started); stuck → TrackStuckEvent; voice_state disconnected → WebSocketClosedEvent with
-//   Discord's code.
+//   goes on without a new TrackStartEvent); error → TrackExceptionEvent (and TrackEndEvent
+//   loadFailed for a track that never started); stuck → TrackStuckEvent; voice_state
+//   disconnected → WebSocketClosedEvent with Discord's code.
 import Foundation
 import NIOCore
 import NIOPosix
