@@ -149,9 +149,33 @@ import WireProtocol
         // Another pair is the best: a fresh orphan is left to it, one it left three rounds is given.
         let theirs = machine.orphanAssignments([fresh, old], pairs: [pair("me", sessions: 9), pair("other")], at: start)
         #expect(theirs.map(\.orphan.id) == [id("o2")] && theirs.map(\.to.id) == ["other"])
-        // A pair that cannot prove its leases takes none itself.
+        // A pair whose renewals stopped a lease ago (it cannot prove its leases) places none,
+        // not even with another pair: its run of renewals has broken.
         let fenced = machine.orphanAssignments([old], pairs: [pair("me"), pair("other", sessions: 9)], at: start + settings.lease)
-        #expect(fenced.map(\.to.id) == ["other"])
+        #expect(fenced.isEmpty)
+    }
+
+    /// 2026-11-30, every pair cut off for 6 s and mended: one pair's round waited 5.8 s on a
+    /// statement sent into the cut, and meanwhile its clients' placements, which got through,
+    /// gave its own guilds and a neighbour's to the first pair back. A run of renewals ends when
+    /// the next renewal is overdue, not when a late one comes.
+    @Test func aPairWhoseRenewalsStoppedPlacesNoOrphanThroughAClientsPlacement() {
+        let start = ContinuousClock.now
+        let machine = reaching(until: start)
+        #expect(machine.hasReachedTheDatabaseForALease(at: start + settings.renewEvery))
+        let stalled = start + settings.steadyGap + .milliseconds(1)
+        #expect(!machine.hasReachedTheDatabaseForALease(at: stalled))
+        let expired = ["me", "cut-off-too"].map { ClusterDatabase.Ownership(owner: $0, epoch: 1, live: false) }
+        for ownership in expired {
+            guard case .unavailable = machine.placing(ownership, pairs: [pair("first-back")], for: id("g"), at: stalled) else {
+                Issue.record("a pair whose renewals stopped placed \(ownership.owner ?? "-")'s session")
+                continue
+            }
+        }
+        let orphan = ClusterDatabase.Orphan(id: id("o"), ownership: expired[1], expiredFor: .seconds(20))
+        #expect(machine.orphanAssignments([orphan], pairs: [pair("first-back")], at: stalled).isEmpty)
+        // A session never stored has no owner to wait for: it goes to a pair that can play it.
+        #expect(machine.placing(nil, pairs: [pair("first-back")], for: id("new"), at: stalled) == .assign(pair("first-back")))
     }
 
     @Test func aPairBackAtTheDatabasePlacesNoOrphanUntilItHasReachedItForALease() {

@@ -39,10 +39,16 @@ extension ClusterMachine {
         return .assign(best)
     }
 
-    /// Whether this pair's renewals have run without a gap for `pairTimeout`: long enough to
-    /// have seen every pair that reaches the database too as live.
+    /// Whether this pair's renewals have run without a gap for `pairTimeout`, up to now: long
+    /// enough to have seen every pair that reaches the database too as live. A run whose last
+    /// renewal is more than `steadyGap` old has broken, though no renewal has yet said so: a pair
+    /// whose rounds fail (its database cut off, its round waiting out a stuck statement) must not
+    /// place an orphan through a statement that got through meanwhile (2026-11-30: a pair whose
+    /// round was still waiting 5.8 s into an outage every pair saw gave two of its own guilds and
+    /// two of a neighbour's to the first pair back, through its clients' placements).
     func hasReachedTheDatabaseForALease(at now: ContinuousClock.Instant) -> Bool {
-        reachingSince.map { now - $0 >= settings.pairTimeout } ?? false
+        guard let since = reachingSince, let last = lastRenewal else { return false }
+        return now - since >= settings.pairTimeout && now - last <= settings.steadyGap
     }
 
     /// The pairs a session may be given to: every live one, less this pair while it cannot

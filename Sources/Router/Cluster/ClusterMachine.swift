@@ -32,7 +32,7 @@ struct ClusterMachine: Sendable {
     /// `steadyGap` of the one before. Until this pair has reached the database for a lease, it
     /// cannot tell a pair that died from one that was cut off with it and is coming back.
     private(set) var reachingSince: ContinuousClock.Instant?
-    private var lastRenewal: ContinuousClock.Instant?
+    private(set) var lastRenewal: ContinuousClock.Instant?
     private(set) var draining = false
     /// Sessions given to another pair at a moment still to come: this engine plays them until
     /// the moment (and the hand-over's end, 300 ms later), so its fence names them until then.
