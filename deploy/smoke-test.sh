@@ -70,7 +70,7 @@ if [ -z "${DOCKER_HOST:-}" ] && [ ! -S /var/run/docker.sock ]; then
   # No PyPI inside the build here: hand the image the yt-dlp wheel from the host's pip.
   export PIP_NO_INDEX=1
 fi
-# Debian 12's netavark (1.4; fixed in 1.9) leaves a network's bridge with the kernel's default
+# Debian 12's netavark (1.4; fixed upstream in 2023, containers/netavark#833) leaves a network's bridge with the kernel's default
 # address, the lowest of its ports': each container that starts or stops can change it. A
 # container that has the old one cached reaches nothing at the gateway until its neighbour
 # entry fails and is resolved again, and the gateway is where aardvark-dns answers, so its
