@@ -76,11 +76,12 @@ demo-media:
 		echo "demo media in $(DEMO_MEDIA)"; \
 	fi
 
-## Builds the two executables (release; nothing else: no test targets, nothing of Benchmarks/),
-## creates the demo media and runs AudioEngine and Router until Ctrl-C.
+## Builds the two executables (release; no test targets, nothing of Benchmarks/), creates the
+## demo media and runs AudioEngine and Router until Ctrl-C. One build of both rather than one per
+## product: the Router's own dependencies then compile while the engine's chain of modules waits on
+## itself (from nothing, 440 s against 282 + 224 s, the same hour on 2026-11-30).
 run: deps demo-media
-	$(RELEASE) --product AudioEngine
-	$(RELEASE) --product Router
+	$(RELEASE)
 	@mkdir -p "$(RUN_DIR)"
 	@bin=$$($(RELEASE) --show-bin-path); \
 	"$$bin/AudioEngine" & engine=$$!; \
