@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Tests/run.sh — every test, after `make test`'s one build (release, test targets included,
 # TONEARM_TESTABLE): the Swift suites one after the other, then the browser's scenarios two at a
-# time, then the partition suite beside schemathesis (Tests/API), then the Discord bridge's tests
-# (bridges/discord) beside the Lavalink clients' (Tests/Lavalink); each pairing is explained where
+# time, then at once the partition suite, schemathesis (Tests/API), the Discord bridge's tests
+# (bridges/discord) and the Lavalink clients' (Tests/Lavalink); each grouping is explained where
 # it runs, below. A failed test's lines are printed again at the end; exits non-zero if anything
 # failed.
 #
@@ -33,8 +33,9 @@ report() {  # name, status
 # The suite that mostly waits, and whose deadlines are seconds: PartitionEndToEndTests cuts and
 # mends a pair's link ten times and watches each for 14 s (169 s of CI's 1,095 s at eefced4), its
 # checks a failover under 5.5 s and a heal under 1 s. It runs last, beside schemathesis, which has
-# no deadline at all. (A build beside them as well, at the idle class, passed but only moved where
-# the build waited: .ci/run.) Every other suite has deadlines of 100–200 ms and runs alone (above).
+# no deadline at all, and the Python tests (below). (A build beside it and schemathesis, at the
+# idle class, passed but only moved where the build waited: .ci/run.) Every other suite has
+# deadlines of 100–200 ms and runs alone (above).
 waiting='PartitionEndToEndTests'
 # The browser's scenarios (one Chromium, engine and Router each) run two at a time: at
 # 2026-11-29 the suite took 118–125 s instead of 205 s, every control but pause still heard at p95
@@ -51,26 +52,25 @@ report "the Swift suites but $waiting and $browser" "$swift"
 browser_status=${PIPESTATUS[0]}
 report "$browser, two scenarios at a time" "$browser_status"
 [ "$browser_status" = 0 ] || swift=1
+# The last four at once: the partition suite, schemathesis, the bridge's tests and the Lavalink
+# clients' all mostly wait (in pairs they kept 31 % and 23 % of the machine busy, 2026-11-30, 10 s
+# samples) and none holds a deadline under seconds but the bridge's pacing checks (p99 between
+# packets within 5 ms of 20 ms, no gap of 40 ms), which hold beside the Lavalink clients but not
+# beside the browser's scenarios (a 50 ms gap; those keep about 62 % busy).
 ( "$tests" --testing-library swift-testing --no-parallel --filter "$waiting" >"$logs/waiting.log" 2>&1; echo $? >"$logs/waiting.status" ) &
 waiting_pid=$!
-Tests/API/run.sh >"$logs/api.log" 2>&1
-api=$?
-wait "$waiting_pid"
-cat "$logs/api.log" "$logs/waiting.log"
-report "schemathesis ($api) beside $waiting" "$(cat "$logs/waiting.status")"
-[ "$(cat "$logs/waiting.status")" = 0 ] || swift=1
-# The bridge's tests and the Lavalink clients' at once: both mostly wait on their own pairs (the
-# two together kept 18 % of the machine busy, 2026-11-29) and took 115–117 s instead of 186 s, in
-# two runs of two. The bridge's pacing checks (p99 between packets within 5 ms of 20 ms, no gap of
-# 40 ms) hold beside the Lavalink clients but not beside the browser's scenarios (a 50 ms gap).
+( Tests/API/run.sh >"$logs/api.log" 2>&1; echo $? >"$logs/api.status" ) &
+api_pid=$!
 ( cd bridges/discord && python3 -m pytest -q >"$logs/bridge.log" 2>&1; echo $? >"$logs/bridge.status" ) &
 bridge_pid=$!
 python3 -m pytest -q Tests/Lavalink >"$logs/lavalink.log" 2>&1
 lavalink=$?
-wait "$bridge_pid"
-cat "$logs/bridge.log" "$logs/lavalink.log"
+wait "$waiting_pid" "$api_pid" "$bridge_pid"
+cat "$logs/api.log" "$logs/waiting.log" "$logs/bridge.log" "$logs/lavalink.log"
+api=$(cat "$logs/api.status")
+[ "$(cat "$logs/waiting.status")" = 0 ] || swift=1
 pythons=$(( $(cat "$logs/bridge.status") || lavalink ))
-report "the bridge's tests ($(cat "$logs/bridge.status")) beside the Lavalink clients' ($lavalink)" "$pythons"
+report "$waiting ($(cat "$logs/waiting.status")), schemathesis ($api), the bridge's tests ($(cat "$logs/bridge.status")) and the Lavalink clients' ($lavalink) at once" "$(( swift || api || pythons ))"
 others=$(( pythons || api ))
 if [ "$swift" != 0 ] || [ "$others" != 0 ]; then
   echo; echo "== Tests/run.sh: what failed (logs in $logs):"
