@@ -43,10 +43,35 @@ waiting='PartitionEndToEndTests'
 # about 70 % of the machine busy, so nothing else runs beside them: beside the Python tests below,
 # the bridge's pacing checks and three of the page's Media Source controls failed.
 browser='BrowserEndToEndTests'
+# CI's fuzzing (TONEARM_FUZZ_BESIDE=SECONDS, set by .ci/run; unset, nothing of it runs): the four
+# libFuzzer targets are built first, alone (their build recompiles Tonearm's modules in
+# .build/release, after the executables and the test bundle the suites run were linked), then each
+# runs for SECONDS in one process at the idle scheduling class beside the Swift suites, which keep
+# about 20 % of the machine busy. A build beside these suites failed their timing checks
+# (.ci/run); a fuzzer is CPU alone, and SCHED_IDLE gives way at once to any suite's thread that
+# wakes. One process for SECONDS rather than two for half as long, so one core stays free.
+fuzz=0
+fuzz_pid=
+if [ -n "${TONEARM_FUZZ_BESIDE:-}" ]; then
+  if FUZZ_STEP=build Tests/Fuzz/run.sh 2>&1 | tee "$logs/fuzz-build.log"; then
+    ( FUZZ_STEP=run FUZZ_JOBS=1 chrt --idle 0 Tests/Fuzz/run.sh "$TONEARM_FUZZ_BESIDE" >"$logs/fuzz.log" 2>&1
+      echo $? >"$logs/fuzz.status" ) &
+    fuzz_pid=$!
+  else
+    fuzz=1
+  fi
+  report "the fuzz targets' build" "$fuzz"
+fi
 # swift-testing's own command line, as `swift test` passes it
 "$tests" --testing-library swift-testing --no-parallel --skip "$waiting" --skip "$browser" 2>&1 | tee "$logs/swift.log"
 swift=${PIPESTATUS[0]}
 report "the Swift suites but $waiting and $browser" "$swift"
+if [ -n "$fuzz_pid" ]; then
+  wait "$fuzz_pid"
+  fuzz=$(cat "$logs/fuzz.status")
+  cat "$logs/fuzz.log"
+  report "the fuzz targets, $TONEARM_FUZZ_BESIDE s each beside the Swift suites" "$fuzz"
+fi
 "$tests" --testing-library swift-testing --experimental-maximum-parallelization-width 2 --filter "$browser" 2>&1 \
   | tee "$logs/browser.log"
 browser_status=${PIPESTATUS[0]}
@@ -71,7 +96,7 @@ api=$(cat "$logs/api.status")
 [ "$(cat "$logs/waiting.status")" = 0 ] || swift=1
 pythons=$(( $(cat "$logs/bridge.status") || lavalink ))
 report "$waiting ($(cat "$logs/waiting.status")), schemathesis ($api), the bridge's tests ($(cat "$logs/bridge.status")) and the Lavalink clients' ($lavalink) at once" "$(( swift || api || pythons ))"
-others=$(( pythons || api ))
+others=$(( pythons || api || fuzz ))
 if [ "$swift" != 0 ] || [ "$others" != 0 ]; then
   echo; echo "== Tests/run.sh: what failed (logs in $logs):"
   grep -a -h -E '✘|error:|FAILED|failed' "$logs"/*.log | grep -a -v -E "$noise" | cut -c1-400 | tail -60
