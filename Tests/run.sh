@@ -49,7 +49,7 @@ browser='BrowserEndToEndTests'
 # runs for SECONDS in one process at the idle scheduling class beside the Swift suites, which keep
 # about 20 % of the machine busy. A build beside these suites failed their timing checks
 # (.ci/run); a fuzzer is CPU alone, and SCHED_IDLE gives way at once to any suite's thread that
-# wakes. One process for SECONDS rather than two for half as long, so one core stays free.
+# wakes. One process at a time, so one core stays free for the suites.
 fuzz=0
 fuzz_pid=
 if [ -n "${TONEARM_FUZZ_BESIDE:-}" ]; then
