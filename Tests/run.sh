@@ -2,9 +2,9 @@
 # Tests/run.sh — every test, after `make test`'s one build (release, test targets included,
 # TONEARM_TESTABLE): the Swift suites one after the other, then the browser's scenarios two at a
 # time, then at once the partition suite, schemathesis (Tests/API), the Discord bridge's tests
-# (bridges/discord) and the Lavalink clients' (Tests/Lavalink); each grouping is explained where
-# it runs, below. A failed test's lines are printed again at the end; exits non-zero if anything
-# failed.
+# (bridges/discord) and the Lavalink clients' (Tests/Lavalink); with TONEARM_FUZZ_BESIDE (CI), the
+# fuzz targets too, beside the Swift suites. Each grouping is explained where it runs, below. A
+# failed test's lines are printed again at the end; exits non-zero if anything failed.
 #
 # One after the other on purpose. Many suites hold the engine and the Router to deadlines a
 # listener hears (a bystander's 100 ms between frames, no frame missed under a stalling layer, a
