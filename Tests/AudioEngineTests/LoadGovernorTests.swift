@@ -65,6 +65,69 @@ import Testing
         #expect(abs(governor.transcodeCost(at: 10) - 1.01 / 88) < 0.0002)
     }
 
+    /// Until a session has been measured, it is taken to cost the prior times the margin, so a
+    /// burst that comes before any steady second is judged dearer; once a second has measured
+    /// one, the measure alone counts.
+    @Test func aBurstBeforeAnythingIsMeasuredIsJudgedWithTheMargin() {
+        var settings = Self.settings
+        settings.unmeasuredMargin = 1.25
+        var governor = LoadGovernor(settings: settings)
+        // 0.01 + 119 × 0.0125 = 1.4975 fits at 10; 120 do not (without the margin 149 did).
+        #expect(governor.admission(transcoding: 118, passthrough: 0) == .admit)
+        #expect(governor.admission(transcoding: 119, passthrough: 0) == .admitStepDown(to: 1))
+        #expect(governor.headroom(transcoding: 100, passthrough: 0) == 54)
+        // 80 sessions measured at 1 % of a core each: the margin is gone.
+        for second in 0..<3 { _ = governor.observe(Self.sample(at: Double(second), cpu: 0.81, transcoding: 80)) }
+        #expect(governor.admission(transcoding: 147, passthrough: 0) == .admit)
+    }
+
+    /// A second short of time with the sessions already at the lowest complexity (a frame late,
+    /// more than 2 % nearly so, or the CPU over the budget) refuses every play, whatever the
+    /// estimates say, until a second is not. Above the lowest step, such a second steps down.
+    @Test func aHostShortAtTheLowestComplexityTakesNoMore() {
+        var governor = LoadGovernor(settings: Self.settings)
+        _ = governor.stepDown(to: 2, at: 0)
+        _ = governor.observe(Self.sample(at: 1, cpu: 0.9, transcoding: 100, late: 1))
+        #expect(governor.admission(transcoding: 100, passthrough: 0) == .refuse(retryAfterSeconds: 5))
+        #expect(governor.admission(transcoding: 0, passthrough: 0, adding: .layer(overPassthrough: false)) == .refuse(retryAfterSeconds: 5))
+        #expect(governor.headroom(transcoding: 100, passthrough: 0) == 0)
+        // 150 of 5,000 frames (3 %) met their deadline with nothing ahead.
+        _ = governor.observe(Self.sample(at: 2, cpu: 0.9, transcoding: 100, tight: 150))
+        #expect(governor.admission(transcoding: 100, passthrough: 0) == .refuse(retryAfterSeconds: 5))
+        _ = governor.observe(Self.sample(at: 3, cpu: 1.6, transcoding: 100))
+        #expect(governor.admission(transcoding: 100, passthrough: 0) == .refuse(retryAfterSeconds: 5), "over the budget")
+        _ = governor.observe(Self.sample(at: 4, cpu: 0.9, transcoding: 100, tight: 50))
+        #expect(governor.admission(transcoding: 100, passthrough: 0) == .admit)
+        #expect(governor.headroom(transcoding: 100, passthrough: 0) > 0)
+        var higher = LoadGovernor(settings: Self.settings)
+        #expect(higher.observe(Self.sample(at: 0, cpu: 0.9, transcoding: 100, late: 1)) == .complexity(7))
+        #expect(higher.admission(transcoding: 100, passthrough: 0) == .admit)
+    }
+
+    /// A second with a late frame deepens the lead a step (2 → 4 → 8, at most one step a second),
+    /// whatever the complexity; ten minutes without one make it a step shallower. Without a
+    /// budget it never moves.
+    @Test func lateFramesDeepenTheLeadAndTenQuietMinutesMakeItShallower() {
+        var settings = Self.settings
+        settings.leads = LoadGovernor.Settings.leads(from: 2)
+        #expect(settings.leads == [2, 4, 8])
+        var governor = LoadGovernor(settings: settings)
+        #expect(governor.lead == 2)
+        #expect(governor.lead(after: Self.sample(at: 0, cpu: 0.5, transcoding: 50)) == nil)
+        #expect(governor.lead(after: Self.sample(at: 1, cpu: 0.5, transcoding: 50, late: 2)) == 4)
+        #expect(governor.lead(after: Self.sample(at: 1.5, cpu: 0.5, transcoding: 50, late: 2)) == nil, "one step a second")
+        #expect(governor.lead(after: Self.sample(at: 2.5, cpu: 0.5, transcoding: 50, late: 1)) == 8)
+        #expect(governor.lead(after: Self.sample(at: 10, cpu: 0.5, transcoding: 50, late: 1)) == nil, "the deepest")
+        #expect(governor.lead(after: Self.sample(at: 609, cpu: 0.5, transcoding: 50)) == nil, "599 s without a late frame")
+        #expect(governor.lead(after: Self.sample(at: 610, cpu: 0.5, transcoding: 50)) == 4)
+        #expect(governor.lead(after: Self.sample(at: 611, cpu: 0.5, transcoding: 50)) == nil)
+        #expect(governor.lead(after: Self.sample(at: 1_210, cpu: 0.5, transcoding: 50)) == 2)
+        #expect(LoadGovernor.Settings.leads(from: 4) == [4, 8])
+        #expect(LoadGovernor.Settings.leads(from: 8) == [8])
+        var unlimited = LoadGovernor(settings: .init(budgetCores: 0, ladder: [10], transcodePrior: 0.01, leads: [2, 4, 8]))
+        #expect(unlimited.lead(after: Self.sample(at: 1, cpu: 0.5, transcoding: 50, late: 2)) == nil)
+    }
+
     @Test func withoutABudgetEveryPlayIsTaken() {
         let governor = LoadGovernor(settings: .init(budgetCores: 0, ladder: [10], transcodePrior: 0.01))
         #expect(governor.admission(transcoding: 100_000, passthrough: 0) == .admit)

@@ -106,6 +106,44 @@ import Testing
         }
     }
 
+    /// The governor deepens the engine's lead during a play (frames came late): the play keeps
+    /// every frame it encodes ahead from then on, so a change with the deeper lead waiting is
+    /// still heard from the next frame sent, as if it had come before those frames.
+    @Test func aLeadDeepenedDuringThePlayIsRenderedAgainWhole() throws {
+        let directory = try TemporaryDirectory()
+        let file = try MediaFixture.tone(440, seconds: 2, into: directory.path, sampleRate: 44_100)
+        let source = ResolvedSource(location: file, displayName: "t")
+        let render = RenderContext(complexity: OpusEncoderConfiguration().complexity, lead: 2)
+        let playback = Playback(
+            sessionID: try SessionID("deeper"), playID: 1, url: "t", startMS: 0, volume: 100, filters: Filters(),
+            normalize: false, source: source)
+        let pacer = OutboxPacer(playback, lead: 2, render: render)
+        let sent = 10
+        pacer.fill()
+        while pacer.heard.count < 4 {
+            #expect(pacer.send())
+            pacer.fill()
+        }
+        (pacer.lead, render.lead) = (8, 8)
+        while pacer.heard.count < sent {
+            #expect(pacer.send())
+            pacer.fill()
+        }
+        #expect(playback.machine.withLockedValue { $0.bufferedFrames } == 8)
+        playback.setVolume(30)
+        pacer.fill()
+        while pacer.send() { pacer.fill() }
+
+        let pipeline = try Pipeline(source: source, encoder: OpusEncoderConfiguration())
+        var expected: [[UInt8]] = []
+        while case .value(let packet) = try pipeline.nextPacket(volume: expected.count < sent ? 100 : 30, filters: Filters(), normalize: false) {
+            expected.append(packet)
+        }
+        #expect(pacer.heard.count == expected.count)
+        let differing = zip(pacer.heard, expected).enumerated().filter { $0.element.0 != $0.element.1 }.map(\.offset)
+        #expect(differing.isEmpty, "frames \(differing.prefix(10)) differ from an encode with the change before frame \(sent)")
+    }
+
     /// Packets passed through keep a deeper lead than frames encoded (they cost a few hundred
     /// bytes and no encoder state), refilled once half of it has gone; an encoded play keeps the
     /// lead it was given.
@@ -267,19 +305,22 @@ import Testing
 /// The worker's and the pacer's sides of one playback, in turn on the test's thread.
 final class OutboxPacer {
     let playback: Playback
-    let lead: Int
+    var lead: Int
+    /// The engine's render context, where a test gives one (its lead, as the governor sets it).
+    let render: RenderContext?
     /// What the pacer took, in order.
     private(set) var heard: [[UInt8]] = []
 
-    init(_ playback: Playback, lead: Int) {
+    init(_ playback: Playback, lead: Int, render: RenderContext? = nil) {
         self.playback = playback
         self.lead = lead
+        self.render = render
     }
 
     /// Fills the outbox up to the lead (once the play has ended there is nothing left to fill).
     func fill() {
         guard playback.claimFill(refillAt: Int.max) else { return }
-        playback.fill(lead: lead, encoder: OpusEncoderConfiguration(), metrics: EngineMetrics(), network: nil)
+        playback.fill(lead: lead, encoder: OpusEncoderConfiguration(), metrics: EngineMetrics(), network: nil, render: render)
     }
 
     /// Takes the next item, as a tick does; false at the end or with nothing ready.

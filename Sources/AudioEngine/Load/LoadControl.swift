@@ -70,9 +70,10 @@ final class LoadControl: Sendable {
             minute.tight[minute.index] = sample.tight
             minute.index = (minute.index + 1) % minute.late.count
         }
-        let (change, budget) = governor.withLock { ($0.observe(sample), $0.budget) }
+        let (change, lead, budget) = governor.withLock { ($0.observe(sample), $0.lead(after: sample), $0.budget) }
         metrics?.cpuUsed.record(sample.cpu)
         metrics?.cpuBudget.record(budget)
+        if let lead { render.lead = lead }
         guard let change else { return false }
         apply(change)
         return true

@@ -18,6 +18,18 @@ package struct LoadGovernor: Sendable {
         /// What one transcoding session is taken to cost (cores) until it has been measured: the
         /// engine times libopus at start-up.
         var transcodePrior: Double
+        /// How much dearer than the prior a session is taken to be until one has been measured:
+        /// the prior is libopus alone on a quiet core, and a session costs more than that share
+        /// once every core is busy (1 in tests; the engine's own: `LoadSettings`).
+        var unmeasuredMargin = 1.0
+        /// The frames transcoding sessions encode ahead, deepest last: the configured lead, then
+        /// the deeper ones the governor may take where frames came late (`leads(from:)`).
+        var leads: [Int] = []
+        /// Seconds between two deeper leads (a burst of plays starting can make frames late for a
+        /// few seconds: the deepest lead is reached within two), and of no late frame before the
+        /// lead is made a step shallower again.
+        var leadDeeperSeconds = 1.0
+        var leadShallowerSeconds = 600.0
         /// Seconds between two steps down (a step's saving shows in the next second's CPU).
         var stepDownSeconds = 2.0
         /// Seconds of room (no late or tight frames, CPU low enough for the step above) before a step up.
@@ -96,6 +108,14 @@ package struct LoadGovernor: Sendable {
     /// When the complexity last changed, and when the slack last ran short.
     private var changedAt = -Double.infinity
     private var pressureAt = -Double.infinity
+    /// Whether the last second was short (frames late or nearly so, or the CPU over the budget)
+    /// with transcoding sessions already at the lowest complexity: the host carries no more now,
+    /// whatever the estimates say, so no play is admitted until a second is not.
+    private(set) var saturated = false
+    /// Where on `settings.leads` the lead is now, when it last changed, and when a frame was last late.
+    private(set) var leadStep = 0
+    private var leadChangedAt = -Double.infinity
+    private var lateAt = -Double.infinity
     /// The last sample, for the load report.
     private(set) var last: Sample?
     /// The share of the host's time the hypervisor takes, as the governor holds it (0–1).
@@ -120,7 +140,7 @@ package struct LoadGovernor: Sendable {
         let relative = Self.relativeCost[complexity] ?? 1
         let known = measured.min { abs($0.key - complexity) < abs($1.key - complexity) }
         if let (at, cost) = known { return cost * relative / (Self.relativeCost[at] ?? 1) }
-        return settings.transcodePrior * relative
+        return settings.transcodePrior * relative * settings.unmeasuredMargin
     }
 
     /// What the engine's sessions would cost with `transcoding` and `passthrough` plays and
@@ -137,6 +157,7 @@ package struct LoadGovernor: Sendable {
     /// transcode until it is open.
     func admission(transcoding: Int, passthrough: Int, layers: Int = 0, adding: Addition = .play) -> Admission {
         guard settings.enabled else { return .admit }
+        guard !saturated else { return .refuse(retryAfterSeconds: 5) }
         let (transcoding, passthrough, layers) = adding.counts(transcoding, passthrough, layers)
         if predicted(transcoding: transcoding, passthrough: passthrough, layers: layers, at: complexity) <= budget {
             return .admit
@@ -168,6 +189,7 @@ package struct LoadGovernor: Sendable {
     /// How many more transcoding plays fit now, at the lowest complexity allowed.
     func headroom(transcoding: Int, passthrough: Int, layers: Int = 0) -> Int {
         guard settings.enabled else { return Int.max }
+        guard !saturated else { return 0 }
         let free = budget - predicted(transcoding: transcoding, passthrough: passthrough, layers: layers, at: lowestComplexity)
         let each = transcodeCost(at: lowestComplexity)
         guard free > 0, each > 0 else { return 0 }
@@ -191,9 +213,10 @@ package struct LoadGovernor: Sendable {
             stolenShare = max(min(max(sample.stolen, 0), 1), stolenShare * Self.stolenFade)
         }
         learn(from: sample)
-        guard settings.enabled, settings.ladder.count > 1 else { return nil }
         let framesDue = max(sample.transcodedFrames, 1)
         let short = sample.late > 0 || Double(sample.tight) > 0.02 * Double(framesDue) || sample.cpu > budget
+        saturated = settings.enabled && short && step >= settings.ladder.count - 1
+        guard settings.enabled, settings.ladder.count > 1 else { return nil }
         if short { pressureAt = sample.at }
         if short, sample.at - changedAt >= settings.stepDownSeconds {
             return stepDown(at: sample.at)
@@ -208,6 +231,30 @@ package struct LoadGovernor: Sendable {
         step -= 1
         changedAt = sample.at
         return .complexity(complexity)
+    }
+
+    /// The lead in force: the frames transcoding sessions encode ahead of the clock.
+    var lead: Int? { settings.leads.isEmpty ? nil : settings.leads[leadStep] }
+
+    /// Deepens the lead a step after a second with a late frame, at most every
+    /// `leadDeeperSeconds`: where the workers sometimes do not run for longer than the slack a
+    /// lead leaves (20 ms at 2), frames come late at any load, and a deeper lead rides those
+    /// moments out, for about 60 KB per frame per transcoding session. A step shallower after
+    /// `leadShallowerSeconds` without a late frame. The new lead, or nil when it stays.
+    mutating func lead(after sample: Sample) -> Int? {
+        guard settings.enabled, settings.leads.count > 1 else { return nil }
+        if sample.late > 0 {
+            lateAt = sample.at
+            guard leadStep < settings.leads.count - 1, sample.at - leadChangedAt >= settings.leadDeeperSeconds else { return nil }
+            leadStep += 1
+        } else {
+            guard leadStep > 0, sample.at - lateAt >= settings.leadShallowerSeconds,
+                sample.at - leadChangedAt >= settings.leadShallowerSeconds
+            else { return nil }
+            leadStep -= 1
+        }
+        leadChangedAt = sample.at
+        return lead
     }
 
     /// Updates the cost estimates from a steady second: the engine alone when nothing plays,

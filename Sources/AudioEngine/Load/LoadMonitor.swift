@@ -51,7 +51,13 @@ struct LoadMonitor: Service {
             previousHost = host
             previousAt = now
             samples += 1
+            let leadBefore = control.render.lead
             let changed = control.observe(sample)
+            if control.render.lead != leadBefore {
+                logger.notice(
+                    "frames encoded ahead changed",
+                    metadata: ["lead": "\(control.render.lead)", "late": "\(sample.late)", "cpu.cores": "\(sample.cpu)"])
+            }
             let report = control.report(transcoding: counts.transcoding, passthrough: counts.passthrough, layers: counts.layers)
             manager.metrics.playsByKind["transcoding"]?.record(counts.transcoding)
             manager.metrics.playsByKind["passthrough"]?.record(counts.passthrough)

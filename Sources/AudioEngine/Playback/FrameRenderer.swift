@@ -118,6 +118,15 @@ final class FrameRenderer {
         state.normalizer?.startTrack(taggedLoudness: taggedLoudness)
     }
 
+    /// Keeps `count` frames from now on, where it kept fewer (the engine's lead deepened during
+    /// the play): each frame kept so far moves to its place in the larger ring.
+    func keep(_ count: Int) {
+        guard count > kept.count else { return }
+        var larger = Array(repeating: Kept(), count: count)
+        for frame in kept where frame.sequence != .max { larger[Int(frame.sequence % UInt64(count))] = frame }
+        kept = larger
+    }
+
     /// Frames already rendered are gone (a seek discarded them): none is rendered again.
     func forget() {
         for index in kept.indices { kept[index].sequence = .max }
@@ -138,6 +147,7 @@ final class FrameRenderer {
     ) throws -> [UInt8] {
         let encoder = try encoder ?? OpusEncoder(configuration: encoderConfiguration)
         self.encoder = encoder
+        if let lead = render?.lead, lead > kept.count { keep(lead) }
         let slot = Int(rendered % UInt64(kept.count))
         kept[slot].sequence = rendered
         kept[slot].settings = settings

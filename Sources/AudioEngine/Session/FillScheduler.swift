@@ -35,7 +35,7 @@ struct FillScheduler: Sendable {
     /// Runs a fill for each play already claimed, with the number of its claim.
     func schedule(claimed: [(Playback, UInt64)], on pool: Pool) {
         guard !claimed.isEmpty else { return }
-        let lead = configuration.leadFrames
+        let lead = render.lead
         let passthroughLead = configuration.passthroughLeadFrames
         let encoder = configuration.encoder
         let metrics = metrics

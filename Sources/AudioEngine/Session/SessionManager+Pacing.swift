@@ -15,7 +15,7 @@ extension SessionManager {
     package func collectTick(into batch: inout TickBatch, lateTicks: UInt64) {
         var refill: [(Playback, UInt64)] = []
         var retired: [Playback] = []
-        let refillAt = max(configuration.leadFrames - configuration.refillFrames, 0)
+        let refillAt = max(render.lead - configuration.refillFrames, 0)
         let wallMS = Self.wallClockMS()
         var fenced = 0
         state.withLock { state in

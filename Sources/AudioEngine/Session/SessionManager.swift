@@ -53,7 +53,7 @@ package final class SessionManager: Sendable {
         self.metrics = metrics
         self.resolver = resolver
         self.configuration = configuration
-        let render = RenderContext(complexity: configuration.encoder.complexity)
+        let render = RenderContext(complexity: configuration.encoder.complexity, lead: configuration.leadFrames)
         self.render = render
         self.load = load.map { LoadControl(settings: $0, render: render, metrics: metrics) } ?? .unlimited(render: render)
         let fills = FillScheduler(
