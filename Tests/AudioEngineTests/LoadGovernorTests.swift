@@ -82,15 +82,21 @@ import Testing
     }
 
     /// A second short of time with the sessions already at the lowest complexity (a frame late,
-    /// more than 2 % nearly so, or the CPU over the budget) refuses every play, whatever the
-    /// estimates say, until a second is not. Above the lowest step, such a second steps down.
+    /// more than 2 % nearly so, or the CPU over the budget) refuses every play or layer that
+    /// would bring the engine back to what it ran then, whatever the estimates say, until a
+    /// second is not short; with fewer (some stopped), one fits again. Above the lowest step,
+    /// such a second steps down.
     @Test func aHostShortAtTheLowestComplexityTakesNoMore() {
         var governor = LoadGovernor(settings: Self.settings)
         _ = governor.stepDown(to: 2, at: 0)
         _ = governor.observe(Self.sample(at: 1, cpu: 0.9, transcoding: 100, late: 1))
         #expect(governor.admission(transcoding: 100, passthrough: 0) == .refuse(retryAfterSeconds: 5))
-        #expect(governor.admission(transcoding: 0, passthrough: 0, adding: .layer(overPassthrough: false)) == .refuse(retryAfterSeconds: 5))
+        #expect(governor.admission(transcoding: 100, passthrough: 0, adding: .layer(overPassthrough: false)) == .refuse(retryAfterSeconds: 5))
         #expect(governor.headroom(transcoding: 100, passthrough: 0) == 0)
+        // Two stopped: one more fits, not two.
+        #expect(governor.admission(transcoding: 98, passthrough: 0) == .admit)
+        #expect(governor.admission(transcoding: 99, passthrough: 0) == .refuse(retryAfterSeconds: 5))
+        #expect(governor.headroom(transcoding: 98, passthrough: 0) == 1)
         // 150 of 5,000 frames (3 %) met their deadline with nothing ahead.
         _ = governor.observe(Self.sample(at: 2, cpu: 0.9, transcoding: 100, tight: 150))
         #expect(governor.admission(transcoding: 100, passthrough: 0) == .refuse(retryAfterSeconds: 5))

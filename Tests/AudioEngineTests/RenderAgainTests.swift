@@ -118,18 +118,22 @@ import Testing
             sessionID: try SessionID("deeper"), playID: 1, url: "t", startMS: 0, volume: 100, filters: Filters(),
             normalize: false, source: source)
         let pacer = OutboxPacer(playback, lead: 2, render: render)
+        pacer.perVisit = 2
         let sent = 10
         pacer.fill()
         while pacer.heard.count < 4 {
             #expect(pacer.send())
             pacer.fill()
         }
+        // The deeper lead grows a frame a tick: each fill encodes the frame sent and one more.
         (pacer.lead, render.lead) = (8, 8)
+        var buffered: [Int] = []
         while pacer.heard.count < sent {
             #expect(pacer.send())
             pacer.fill()
+            buffered.append(playback.machine.withLockedValue { $0.bufferedFrames })
         }
-        #expect(playback.machine.withLockedValue { $0.bufferedFrames } == 8)
+        #expect(buffered == [3, 4, 5, 6, 7, 8])
         playback.setVolume(30)
         pacer.fill()
         while pacer.send() { pacer.fill() }
@@ -308,6 +312,8 @@ final class OutboxPacer {
     var lead: Int
     /// The engine's render context, where a test gives one (its lead, as the governor sets it).
     let render: RenderContext?
+    /// Frames one fill encodes at most once one is in hand (the engine's: a refill's and one more).
+    var perVisit = Int.max
     /// What the pacer took, in order.
     private(set) var heard: [[UInt8]] = []
 
@@ -320,7 +326,9 @@ final class OutboxPacer {
     /// Fills the outbox up to the lead (once the play has ended there is nothing left to fill).
     func fill() {
         guard playback.claimFill(refillAt: Int.max) else { return }
-        playback.fill(lead: lead, encoder: OpusEncoderConfiguration(), metrics: EngineMetrics(), network: nil, render: render)
+        playback.fill(
+            lead: lead, encoder: OpusEncoderConfiguration(), metrics: EngineMetrics(), network: nil, render: render,
+            perVisit: perVisit)
     }
 
     /// Takes the next item, as a tick does; false at the end or with nothing ready.

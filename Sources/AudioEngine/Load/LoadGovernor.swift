@@ -108,10 +108,11 @@ package struct LoadGovernor: Sendable {
     /// When the complexity last changed, and when the slack last ran short.
     private var changedAt = -Double.infinity
     private var pressureAt = -Double.infinity
-    /// Whether the last second was short (frames late or nearly so, or the CPU over the budget)
-    /// with transcoding sessions already at the lowest complexity: the host carries no more now,
-    /// whatever the estimates say, so no play is admitted until a second is not.
-    private(set) var saturated = false
+    /// Where the last second was short (frames late or nearly so, or the CPU over the budget)
+    /// with transcoding sessions already at the lowest complexity, the sessions' worth it had
+    /// (`units`): the host carried no more, whatever the estimates say, so no play or layer that
+    /// would bring the engine back to that is admitted until a second is not short.
+    private(set) var saturatedUnits: Double?
     /// Where on `settings.leads` the lead is now, when it last changed, and when a frame was last late.
     private(set) var leadStep = 0
     private var leadChangedAt = -Double.infinity
@@ -157,8 +158,8 @@ package struct LoadGovernor: Sendable {
     /// transcode until it is open.
     func admission(transcoding: Int, passthrough: Int, layers: Int = 0, adding: Addition = .play) -> Admission {
         guard settings.enabled else { return .admit }
-        guard !saturated else { return .refuse(retryAfterSeconds: 5) }
         let (transcoding, passthrough, layers) = adding.counts(transcoding, passthrough, layers)
+        if let limit = saturatedUnits, Self.units(transcoding, layers) >= limit { return .refuse(retryAfterSeconds: 5) }
         if predicted(transcoding: transcoding, passthrough: passthrough, layers: layers, at: complexity) <= budget {
             return .admit
         }
@@ -189,11 +190,13 @@ package struct LoadGovernor: Sendable {
     /// How many more transcoding plays fit now, at the lowest complexity allowed.
     func headroom(transcoding: Int, passthrough: Int, layers: Int = 0) -> Int {
         guard settings.enabled else { return Int.max }
-        guard !saturated else { return 0 }
         let free = budget - predicted(transcoding: transcoding, passthrough: passthrough, layers: layers, at: lowestComplexity)
         let each = transcodeCost(at: lowestComplexity)
         guard free > 0, each > 0 else { return 0 }
-        return Int(min(free / each, Double(Int32.max)))
+        let fits = Int(min(free / each, Double(Int32.max)))
+        guard let limit = saturatedUnits else { return fits }
+        let below = (limit - Self.units(transcoding, layers)).rounded(.up) - 1
+        return min(fits, Int(max(min(below, Double(Int32.max)), 0)))
     }
 
     /// Takes the steps down an admission asked for (one by default), at `now`.
@@ -215,7 +218,8 @@ package struct LoadGovernor: Sendable {
         learn(from: sample)
         let framesDue = max(sample.transcodedFrames, 1)
         let short = sample.late > 0 || Double(sample.tight) > 0.02 * Double(framesDue) || sample.cpu > budget
-        saturated = settings.enabled && short && step >= settings.ladder.count - 1
+        let lowest = step >= settings.ladder.count - 1
+        saturatedUnits = settings.enabled && short && lowest ? Self.units(sample.transcoding, sample.layers) : nil
         guard settings.enabled, settings.ladder.count > 1 else { return nil }
         if short { pressureAt = sample.at }
         if short, sample.at - changedAt >= settings.stepDownSeconds {

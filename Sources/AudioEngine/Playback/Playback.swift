@@ -171,7 +171,7 @@ final class Playback: @unchecked Sendable {
     /// packet has not arrived, leaves the outbox as it is until the next tick.
     func fill(
         lead: Int, passthroughLead: Int = 0, encoder configuration: OpusEncoderConfiguration, metrics: EngineMetrics,
-        network: SourceNetwork?, render: RenderContext? = nil, claim: UInt64? = nil
+        network: SourceNetwork?, render: RenderContext? = nil, claim: UInt64? = nil, perVisit: Int = .max
     ) {
         guard machine.withLockedValue({ $0.startFill(claim: claim) }) else { return }
         defer {
@@ -181,7 +181,7 @@ final class Playback: @unchecked Sendable {
         }
         worker.fill(
             lead: lead, passthroughLead: passthroughLead,
-            context: .init(encoder: configuration, metrics: metrics, network: network, render: render))
+            context: .init(encoder: configuration, metrics: metrics, network: network, render: render, perVisit: perVisit))
     }
 
     /// Tries at rendering the lead again before the change is left to follow it (each attempt

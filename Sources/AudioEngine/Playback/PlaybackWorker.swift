@@ -16,6 +16,9 @@ final class PlaybackWorker {
         let network: SourceNetwork?
         /// The engine's complexity in force and remembered loudness (nil in tests).
         var render: RenderContext? = nil
+        /// Frames one fill encodes at most once a frame is in hand: a lead made deeper is then
+        /// reached a frame a tick, not in one visit that holds every play behind it in the queue.
+        var perVisit = Int.max
     }
 
     private let machine: NIOLockedValueBox<PlaybackMachine>
@@ -76,6 +79,7 @@ final class PlaybackWorker {
             push(.end(.error, APIError.wrap(error)), frames: 0, generation: nil)
             return
         }
+        var encoded = 0
         while true {
             let view = machine.withLockedValue { $0.fillView() }
             if view.cancelled { return }
@@ -104,6 +108,8 @@ final class PlaybackWorker {
                 return
             case .encode:
                 setRefill(passing: passing, passthroughLead: passthroughLead)
+                if !passing && encoded >= context.perVisit && view.bufferedFrames > 0 { return }
+                encoded += 1
                 if !view.layers.isEmpty || !layers.isEmpty {
                     layers.sync(with: view.layers, context: context, loudnessTarget: loudnessTarget)
                     pushLayerChanges(framePushed: true)

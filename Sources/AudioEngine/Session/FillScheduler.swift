@@ -41,6 +41,8 @@ struct FillScheduler: Sendable {
         let metrics = metrics
         let network = network
         let render = render
+        // One frame beyond a refill's own: a lead made deeper grows a frame a tick (PlaybackWorker).
+        let perVisit = configuration.refillFrames + 1
         let nice = pool == .workers ? configuration.workerNice : 0
         let threads = pool == .workers ? workers : openers
         let perJob = (claimed.count + Self.refillJobsPerTick - 1) / Self.refillJobsPerTick
@@ -51,7 +53,7 @@ struct FillScheduler: Sendable {
                 for (playback, claim) in job {
                     playback.fill(
                         lead: lead, passthroughLead: passthroughLead, encoder: encoder, metrics: metrics, network: network,
-                        render: render, claim: claim)
+                        render: render, claim: claim, perVisit: perVisit)
                 }
             }
         }
