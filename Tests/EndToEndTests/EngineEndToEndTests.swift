@@ -372,6 +372,7 @@ func milliseconds(_ duration: Duration) -> Double {
         for name in [
             "tonearm_engine_frames_sent_total", "tonearm_engine_frames_nulled_total", "tonearm_engine_encode_seconds_bucket",
             #"tonearm_engine_sessions{state="streaming"} 1"#, "tonearm_engine_router_connections 1",
+            "tonearm_engine_encode_lead_frames ",
         ] {
             #expect(metrics.contains(name), "metrics lack \(name)")
         }

@@ -21,10 +21,12 @@ package struct EngineMetrics: Sendable {
     let droppedFrames: CoreMetrics.Counter
     let routerConnections: CoreMetrics.Gauge
     let sessions: [SessionState: CoreMetrics.Gauge]
-    /// The load governor's figures: the complexity transcoding sessions encode at, the CPU budget
-    /// and what was used over the last second (cores), plays refused for the budget, transcoding
-    /// and passed-through plays, and how many more transcoding plays fit.
+    /// The load governor's figures: the complexity transcoding sessions encode at and the frames
+    /// they encode ahead, the CPU budget and what was used over the last second (cores), plays
+    /// refused for the budget, transcoding and passed-through plays, and how many more
+    /// transcoding plays fit.
     let opusComplexity: CoreMetrics.Gauge
+    let encodeLead: CoreMetrics.Gauge
     let cpuBudget: CoreMetrics.Gauge
     let cpuUsed: CoreMetrics.Gauge
     let admissionRefusals: CoreMetrics.Counter
@@ -49,6 +51,7 @@ package struct EngineMetrics: Sendable {
                 ($0, CoreMetrics.Gauge(label: "tonearm_engine_sessions", dimensions: [("state", $0.rawValue)], factory: factory))
             })
         opusComplexity = CoreMetrics.Gauge(label: "tonearm_engine_opus_complexity", factory: factory)
+        encodeLead = CoreMetrics.Gauge(label: "tonearm_engine_encode_lead_frames", factory: factory)
         cpuBudget = CoreMetrics.Gauge(label: "tonearm_engine_cpu_budget_cores", factory: factory)
         cpuUsed = CoreMetrics.Gauge(label: "tonearm_engine_cpu_used_cores", factory: factory)
         admissionRefusals = CoreMetrics.Counter(label: "tonearm_engine_admission_refusals_total", factory: factory)
@@ -74,6 +77,7 @@ package struct EngineMetrics: Sendable {
         "tonearm_engine_router_connections": "Router connections on the socket.",
         "tonearm_engine_sessions": "Sessions by state.",
         "tonearm_engine_opus_complexity": "The Opus complexity transcoding sessions encode at now (lowered under load).",
+        "tonearm_engine_encode_lead_frames": "Frames transcoding sessions encode ahead of the clock now (deepened where frames came late).",
         "tonearm_engine_cpu_budget_cores": "CPU the engine may use for its sessions now, in cores: its budget less the share the hypervisor takes (0: no admission control).",
         "tonearm_engine_cpu_used_cores": "CPU the engine used over the last second, in cores.",
         "tonearm_engine_admission_refusals_total": "Plays refused with engine_full: they did not fit in the CPU budget.",

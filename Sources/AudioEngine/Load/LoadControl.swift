@@ -31,6 +31,7 @@ final class LoadControl: Sendable {
         self.metrics = metrics
         render.complexity = configuredComplexity
         metrics?.opusComplexity.record(Int(configuredComplexity))
+        metrics?.encodeLead.record(render.lead)
         metrics?.cpuBudget.record(settings.budgetCores)
     }
 
@@ -73,7 +74,10 @@ final class LoadControl: Sendable {
         let (change, lead, budget) = governor.withLock { ($0.observe(sample), $0.lead(after: sample), $0.budget) }
         metrics?.cpuUsed.record(sample.cpu)
         metrics?.cpuBudget.record(budget)
-        if let lead { render.lead = lead }
+        if let lead {
+            render.lead = lead
+            metrics?.encodeLead.record(lead)
+        }
         guard let change else { return false }
         apply(change)
         return true
