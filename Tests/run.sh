@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Tests/run.sh — every test, after `make test`'s one build (release, test targets included,
-# TONEARM_TESTABLE): the Swift suites one after the other, then the browser's scenarios two at a
-# time, then at once the partition suite, schemathesis (Tests/API), the Discord bridge's tests
-# (bridges/discord) and the Lavalink clients' (Tests/Lavalink); with TONEARM_FUZZ_BESIDE (CI), the
-# fuzz targets too, beside the Swift suites. Each grouping is explained where it runs, below. A
-# failed test's lines are printed again at the end; exits non-zero if anything failed.
+# TONEARM_TESTABLE): first at once the partition suite, schemathesis (Tests/API), the Discord
+# bridge's tests (bridges/discord) and the Lavalink clients' (Tests/Lavalink); then the Swift
+# suites one after the other; then the browser's scenarios two at a time. With
+# TONEARM_FUZZ_BESIDE (CI), the fuzz targets too: built beside the first group, run beside the
+# Swift suites. Each grouping is explained where it runs, below. A failed test's lines are printed
+# again at the end; exits non-zero if anything failed.
 #
 # One after the other on purpose. Many suites hold the engine and the Router to deadlines a
 # listener hears (a bystander's 100 ms between frames, no frame missed under a stalling layer, a
@@ -32,52 +33,43 @@ report() {  # name, status
 
 # The suite that mostly waits, and whose deadlines are seconds: PartitionEndToEndTests cuts and
 # mends a pair's link ten times and watches each for 14 s (169 s of CI's 1,095 s at eefced4), its
-# checks a failover under 5.5 s and a heal under 1 s. It runs last, beside schemathesis, which has
-# no deadline at all, and the Python tests (below). (A build beside it and schemathesis, at the
-# idle class, passed but only moved where the build waited: .ci/run.) Every other suite has
-# deadlines of 100–200 ms and runs alone (above).
+# checks a failover under 5.5 s and a heal under 1 s. It runs first, beside schemathesis, which
+# has no deadline at all, and the Python tests (below). Every other suite has deadlines of
+# 100–200 ms and runs alone (below).
 waiting='PartitionEndToEndTests'
 # The browser's scenarios (one Chromium, engine and Router each) run two at a time: at
 # 2026-11-29 the suite took 118–125 s instead of 205 s, every control but pause still heard at p95
 # within 164–267 ms (one at a time: 174–262 ms) against its 500 ms bound, in two runs. They keep
-# about 70 % of the machine busy, so nothing else runs beside them: beside the Python tests below,
+# about 70 % of the machine busy, so nothing else runs beside them: beside the Python tests,
 # the bridge's pacing checks and three of the page's Media Source controls failed.
 browser='BrowserEndToEndTests'
-# CI's fuzzing (TONEARM_FUZZ_BESIDE=SECONDS, set by .ci/run; unset, nothing of it runs): the four
-# libFuzzer targets are built first, alone (their build recompiles Tonearm's modules in
-# .build/release, after the executables and the test bundle the suites run were linked), then each
-# runs for SECONDS in one process at the idle scheduling class beside the Swift suites, which keep
-# about 20 % of the machine busy. A build beside these suites failed their timing checks
-# (.ci/run); a fuzzer is CPU alone, and SCHED_IDLE gives way at once to any suite's thread that
-# wakes. One process at a time, so one core stays free for the suites.
+# CI's fuzzing (TONEARM_FUZZ_BESIDE=SECONDS, set by .ci/run; unset, nothing of it runs). The four
+# libFuzzer targets are built beside the first group below (their build recompiles Tonearm's
+# modules in .build/release; the executables and the test bundle every test runs were linked
+# before and stay as they are), on the last CPU only and at the idle scheduling class: a build on
+# both CPUs, even at the idle class, made the bridge's pacing checks fail (p99 9.2 ms against
+# 5 ms, 2026-11-30), and on one CPU they passed. Built, each target runs SECONDS in one process
+# at the idle class beside the Swift suites, which keep about 20 % of the machine busy: a fuzzer
+# is CPU alone, and SCHED_IDLE gives way at once to any suite's thread that wakes. The suites do
+# not wait for the build: what is left of it (about 70 s) runs beside their first minute, as the
+# fuzzer does after it. Alone before the suites, the build took 140–158 s of CI.
 fuzz=0
 fuzz_pid=
 if [ -n "${TONEARM_FUZZ_BESIDE:-}" ]; then
-  if FUZZ_STEP=build Tests/Fuzz/run.sh 2>&1 | tee "$logs/fuzz-build.log"; then
-    ( FUZZ_STEP=run FUZZ_JOBS=1 chrt --idle 0 Tests/Fuzz/run.sh "$TONEARM_FUZZ_BESIDE" >"$logs/fuzz.log" 2>&1
-      echo $? >"$logs/fuzz.status" ) &
-    fuzz_pid=$!
-  else
-    fuzz=1
-  fi
-  report "the fuzz targets' build" "$fuzz"
+  last_cpu=$(( $(nproc) - 1 ))
+  (
+    if taskset -c "$last_cpu" chrt --idle 0 env FUZZ_STEP=build Tests/Fuzz/run.sh >"$logs/fuzz-build.log" 2>&1; then
+      # Not beside the first group, whose bridge's pacing a fuzzer might disturb.
+      while [ ! -e "$logs/first-group.done" ]; do sleep 1; done
+      FUZZ_STEP=run FUZZ_JOBS=1 chrt --idle 0 Tests/Fuzz/run.sh "$TONEARM_FUZZ_BESIDE" >"$logs/fuzz.log" 2>&1
+    else
+      echo "== the fuzz targets did not build" >"$logs/fuzz.log"; false
+    fi
+    echo $? >"$logs/fuzz.status"
+  ) &
+  fuzz_pid=$!
 fi
-# swift-testing's own command line, as `swift test` passes it
-"$tests" --testing-library swift-testing --no-parallel --skip "$waiting" --skip "$browser" 2>&1 | tee "$logs/swift.log"
-swift=${PIPESTATUS[0]}
-report "the Swift suites but $waiting and $browser" "$swift"
-if [ -n "$fuzz_pid" ]; then
-  wait "$fuzz_pid"
-  fuzz=$(cat "$logs/fuzz.status")
-  cat "$logs/fuzz.log"
-  report "the fuzz targets, $TONEARM_FUZZ_BESIDE s each beside the Swift suites" "$fuzz"
-fi
-"$tests" --testing-library swift-testing --experimental-maximum-parallelization-width 2 --filter "$browser" 2>&1 \
-  | tee "$logs/browser.log"
-browser_status=${PIPESTATUS[0]}
-report "$browser, two scenarios at a time" "$browser_status"
-[ "$browser_status" = 0 ] || swift=1
-# The last four at once: the partition suite, schemathesis, the bridge's tests and the Lavalink
+# The first four at once: the partition suite, schemathesis, the bridge's tests and the Lavalink
 # clients' all mostly wait (in pairs they kept 31 % and 23 % of the machine busy, 2026-11-30, 10 s
 # samples) and none holds a deadline under seconds but the bridge's pacing checks (p99 between
 # packets within 5 ms of 20 ms, no gap of 40 ms), which hold beside the Lavalink clients but not
@@ -93,9 +85,25 @@ lavalink=$?
 wait "$waiting_pid" "$api_pid" "$bridge_pid"
 cat "$logs/api.log" "$logs/waiting.log" "$logs/bridge.log" "$logs/lavalink.log"
 api=$(cat "$logs/api.status")
-[ "$(cat "$logs/waiting.status")" = 0 ] || swift=1
+partition=$(cat "$logs/waiting.status")
 pythons=$(( $(cat "$logs/bridge.status") || lavalink ))
-report "$waiting ($(cat "$logs/waiting.status")), schemathesis ($api), the bridge's tests ($(cat "$logs/bridge.status")) and the Lavalink clients' ($lavalink) at once" "$(( swift || api || pythons ))"
+report "$waiting ($partition), schemathesis ($api), the bridge's tests ($(cat "$logs/bridge.status")) and the Lavalink clients' ($lavalink) at once" "$(( partition || api || pythons ))"
+touch "$logs/first-group.done"
+# swift-testing's own command line, as `swift test` passes it
+"$tests" --testing-library swift-testing --no-parallel --skip "$waiting" --skip "$browser" 2>&1 | tee "$logs/swift.log"
+swift=${PIPESTATUS[0]}
+report "the Swift suites but $waiting and $browser" "$swift"
+if [ -n "$fuzz_pid" ]; then
+  wait "$fuzz_pid"
+  fuzz=$(cat "$logs/fuzz.status")
+  cat "$logs/fuzz-build.log" "$logs/fuzz.log"
+  report "the fuzz targets, built beside the first group, $TONEARM_FUZZ_BESIDE s each beside the Swift suites" "$fuzz"
+fi
+"$tests" --testing-library swift-testing --experimental-maximum-parallelization-width 2 --filter "$browser" 2>&1 \
+  | tee "$logs/browser.log"
+browser_status=${PIPESTATUS[0]}
+report "$browser, two scenarios at a time" "$browser_status"
+[ "$browser_status" = 0 ] && [ "$partition" = 0 ] || swift=1
 others=$(( pythons || api || fuzz ))
 if [ "$swift" != 0 ] || [ "$others" != 0 ]; then
   echo; echo "== Tests/run.sh: what failed (logs in $logs):"
