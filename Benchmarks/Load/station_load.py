@@ -3,8 +3,9 @@ by N guild sessions, each heard by one bot connection (`tonearm-listeners`, a pr
 own, so its CPU is accounted apart). Measured over the same steady window: the engine's CPU
 against the same engine with the station alone just before (the followers should cost it
 nothing), the engine's late frames, the Router's CPU per frame per follower, and engine → bot
-latency (every follower matched at the tap by the station's packets, so their spread is how far
-apart the followers hear the same moment)."""
+latency (every follower matched at the tap by the station's packets), and how far apart in time
+the first and the last follower read each frame (an upper bound: the listeners' one thread reads
+every follower's socket in turn, and its own time is in the figure)."""
 import json, os, subprocess, time
 
 
@@ -74,4 +75,9 @@ def row(tool, engine_class, router_class, cpu_seconds, bot_token, counts, second
         tool.row(f"station: engine → follower latency ({label})",
                  f"p50 {report['latency_p50_ms']:.2f} ms, p99 {report['latency_p99_ms']:.2f} ms, "
                  f"max {report['latency_max_ms']:.1f} ms ({report['latency_samples']:,} frames, "
-                 f"{report['latency_unmatched']:,} unmatched)", "within 20 ms of each other", command)
+                 f"{report['latency_unmatched']:,} unmatched)", "–", command)
+        tool.row(f"station: how far apart the followers read the same frame ({label})",
+                 f"p50 {report['spread_p50_ms']:.2f} ms, p99 {report['spread_p99_ms']:.2f} ms, "
+                 f"max {report['spread_max_ms']:.1f} ms ({report['spread_samples']:,} frames read by every "
+                 f"follower, {report['spread_incomplete']:,} not), the listeners' own reading included",
+                 "within 20 ms", command)

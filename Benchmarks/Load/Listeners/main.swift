@@ -209,6 +209,11 @@ for (index, listener) in listeners.enumerated() {
 }
 
 var histogram = Histogram()
+/// With `--station`, every listener follows the one station: how far apart the first and the last
+/// of them read each frame (each frame's first and last arrival, and how many have read it).
+var arrivalsOf: [UInt64: (first: UInt64, last: UInt64, count: Int)] = [:]
+var spread = Histogram()
+var spreadIncomplete = 0
 var unmatched = 0
 var textMessages = 0
 var audioMessages = 0
@@ -276,11 +281,22 @@ while monotonicNanos() < deadline {
                     }
                 }
                 listeners[index].frames += packets.count
-                if tap != nil {
+                if tap != nil || station != nil {
                     for packet in packets {
                         let session = station ?? listeners[index].guild
                         let key = buffer.withUnsafeBytes { frameKey(session, UnsafeRawBufferPointer(rebasing: $0[packet])) }
-                        pendingKeys.append((key, now))
+                        if tap != nil { pendingKeys.append((key, now)) }
+                        if station != nil {
+                            var seen = arrivalsOf[key] ?? (now, now, 0)
+                            seen.last = now
+                            seen.count += 1
+                            if seen.count == listeners.count {
+                                spread.record(seen.last - seen.first)
+                                arrivalsOf[key] = nil
+                            } else {
+                                arrivalsOf[key] = seen
+                            }
+                        }
                     }
                 }
             case 0x1: textMessages += 1
@@ -303,16 +319,20 @@ while monotonicNanos() < deadline {
             }
         }
     }
-    if now >= nextPrune, let tap {
-        // Frames older than 5 s can no longer arrive; keep the table small.
-        tap.arrivals.withLock { map in map = map.filter { now &- $0.value < 5_000_000_000 } }
+    if now >= nextPrune {
+        // Frames older than 5 s can no longer arrive; keep the tables small. A station's frame
+        // not read by every follower by then (one was closed, or joined late) is counted apart.
+        tap?.arrivals.withLock { map in map = map.filter { now &- $0.value < 5_000_000_000 } }
+        let before = arrivalsOf.count
+        arrivalsOf = arrivalsOf.filter { now &- $0.value.first < 5_000_000_000 }
+        spreadIncomplete += before - arrivalsOf.count
         nextPrune = now + 1_000_000_000
     }
 }
 let elapsed = Double(monotonicNanos() - measureFrom) / 1e9
 let frames = listeners.reduce(0) { $0 + $1.frames }
 let healthy = listeners.filter { !$0.closed }
-let report: [String: Any] = [
+var report: [String: Any] = [
     "listeners": listeners.count,
     "closed": listeners.count - healthy.count,
     "seconds": elapsed,
@@ -330,6 +350,13 @@ let report: [String: Any] = [
     "latency_p99_ms": histogram.percentile(0.99),
     "latency_max_ms": Double(histogram.maximum) / 1e6,
 ]
+if station != nil {
+    report["spread_samples"] = spread.count
+    report["spread_incomplete"] = spreadIncomplete
+    report["spread_p50_ms"] = spread.count > 0 ? spread.percentile(0.5) : -1
+    report["spread_p99_ms"] = spread.count > 0 ? spread.percentile(0.99) : -1
+    report["spread_max_ms"] = Double(spread.maximum) / 1e6
+}
 let json = try JSONSerialization.data(withJSONObject: report, options: [.sortedKeys])
 print(String(decoding: json, as: UTF8.self))
 exit(0)
