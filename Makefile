@@ -91,9 +91,10 @@ run: deps demo-media
 
 ## Builds everything once and runs every test suite. One release build serves all of them
 ## (TONEARM_TESTABLE, Package.swift): the end-to-end tests start its two executables, as a user
-## would run them, and the unit tests run in its test targets. Tests/run.sh then runs the Swift
-## suites one after the other, and schemathesis (both OpenAPI documents, Tests/API) and the
-## Discord bridge's tests (bridges/discord) against the same executables.
+## would run them, and the unit tests run in its test targets. Tests/run.sh then runs, against the
+## same executables, schemathesis (both OpenAPI documents, Tests/API), the Discord bridge's tests
+## (bridges/discord), the Lavalink clients' (Tests/Lavalink) and the suites that mostly wait, at
+## once; then the other Swift suites one after the other; then the browser's scenarios.
 ## First, in a second: does Package.swift load from what the image's Dockerfile copies?
 TESTABLE := TONEARM_TESTABLE=1
 test: deps-test
