@@ -3,10 +3,9 @@
 # TONEARM_TESTABLE): first at once the partition suite, schemathesis (Tests/API), the Discord
 # bridge's tests (bridges/discord) followed by three cluster suites, and the Lavalink clients'
 # (Tests/Lavalink); then the other Swift suites one after the other; then the browser's scenarios
-# two at a time. With
-# TONEARM_FUZZ_BESIDE (CI), the fuzz targets too: built beside the first group, run beside the
-# Swift suites. Each grouping is explained where it runs, below. A failed test's lines are printed
-# again at the end; exits non-zero if anything failed.
+# two at a time. With TONEARM_FUZZ_BESIDE (CI), the fuzz targets too: built beside the first group,
+# run beside the Swift suites. Each grouping is explained where it runs, below. A failed test's
+# lines are printed again at the end; exits non-zero if anything failed.
 #
 # One after the other on purpose. Many suites hold the engine and the Router to deadlines a
 # listener hears (a bystander's 100 ms between frames, no frame missed under a stalling layer, a
