@@ -257,6 +257,11 @@ if Context.environment["TONEARM_BENCHMARKS"] != nil {
 // it and recompiles only Tonearm's modules (the next normal build recompiles them back). Each
 // target's main hands it to libFuzzer's driver (CFuzzDriver).
 if Context.environment["TONEARM_FUZZ"] != nil {
+    // Only what the fuzz targets need is in its package: one `swift build` then makes all four at
+    // once (the engine's module beside the Router's), and the executables and the test bundle
+    // `make test` linked stay as they were.
+    package.targets.removeAll { [.executable, .test].contains($0.type) }
+    package.products.removeAll { $0.name != "WireProtocol" }
     let sanitize = ["-sanitize=fuzzer,address"]
     for target in package.targets where ["WireProtocol", "EngineAPI", "ServiceSupport", "AudioEngine", "TonearmRouter"].contains(target.name) {
         target.swiftSettings = (target.swiftSettings ?? []) + [.unsafeFlags(sanitize + ["-enable-testing"])]

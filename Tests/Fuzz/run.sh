@@ -28,9 +28,17 @@ flags=(-c release)
 step=${FUZZ_STEP:-all}
 bin=$(TONEARM_FUZZ=1 swift build "${flags[@]}" --show-bin-path)
 if [ "$step" != run ]; then
+  # All four in one build (the package holds nothing else then: Package.swift), some one by one.
+  if [ ${#targets[@]} -eq 4 ]; then
+    echo "== building ${targets[*]}"
+    TONEARM_FUZZ=1 swift build "${flags[@]}" 2>&1 | grep -E "error|warning: unre|Compiling|Build" | tail -6
+  else
+    for target in "${targets[@]}"; do
+      echo "== building $target"
+      TONEARM_FUZZ=1 swift build "${flags[@]}" --product "$target" 2>&1 | grep -E "error|warning: unre|Compiling|Build" | tail -3
+    done
+  fi
   for target in "${targets[@]}"; do
-    echo "== building $target"
-    TONEARM_FUZZ=1 swift build "${flags[@]}" --product "$target" 2>&1 | grep -E "error|warning: unre|Compiling|Build" | tail -3
     [ -x "$bin/$target" ] || { echo "== $target did not build"; exit 1; }
   done
 fi
