@@ -39,8 +39,9 @@ public struct Fence: Sendable, Equatable, Codable {
 
     /// What is wrong with this fence, if anything.
     public var problem: String? {
-        if holder.isEmpty || holder.utf8.count > Self.maxHolderLength {
-            return "\"holder\" must be 1 to \(Self.maxHolderLength) bytes"
+        // Characters as JSON Schema's maxLength counts them (code points), as the OpenAPI document says.
+        if holder.isEmpty || holder.unicodeScalars.count > Self.maxHolderLength {
+            return "\"holder\" must be 1 to \(Self.maxHolderLength) characters"
         }
         if version > Self.maxVersion { return "\"version\" must be from 0 to \(Self.maxVersion), got \(version)" }
         if !(0...Self.maxValidMS).contains(validMS) { return "\"valid_ms\" must be from 0 to \(Self.maxValidMS), got \(validMS)" }

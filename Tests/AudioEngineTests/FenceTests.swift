@@ -91,6 +91,9 @@ import WireProtocol
         _ = try driver.manager.play(sessionID: try SessionID("free"), url: "tone-440.mp3")
         #expect(throws: APIError.self) { try driver.manager.setFence(try fence(["a"], version: 1, validMS: -1)) }
         #expect(throws: APIError.self) { try driver.manager.setFence(try fence(["a"], version: 1, holder: "")) }
+        #expect(throws: APIError.self) { try driver.manager.setFence(try fence(["a"], version: 1, holder: String(repeating: "h", count: 65))) }
+        // 64 characters of two bytes each: valid by the OpenAPI document's maxLength (schemathesis, seed 1).
+        #expect(Fence(holder: String(repeating: "é", count: 64), version: 1, validMS: 1, sessions: []).problem == nil)
         #expect(throws: APIError.self) { try driver.manager.setFence(try fence(["a"], version: Fence.maxVersion + 1)) }
         #expect(!driver.manager.fenceState.applied)
     }

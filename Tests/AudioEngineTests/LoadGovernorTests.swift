@@ -105,6 +105,37 @@ import Testing
         _ = governor.observe(Self.sample(at: 4, cpu: 0.9, transcoding: 100, tight: 50))
         #expect(governor.admission(transcoding: 100, passthrough: 0) == .admit)
         #expect(governor.headroom(transcoding: 100, passthrough: 0) > 0)
+        // A short second in which two were stopped was short carrying the 100 it began with: the
+        // 98 left take one more (CI at bfc8fd9 refused it, the limit taken from the second's end).
+        var stopping = Self.sample(at: 5, cpu: 1.6, transcoding: 98)
+        (stopping.transcodingBefore, stopping.layers, stopping.layersBefore) = (100, 0, 5)
+        _ = governor.observe(stopping)
+        #expect(governor.admission(transcoding: 98, passthrough: 0) == .admit)
+        #expect(governor.admission(transcoding: 100, passthrough: 0) == .refuse(retryAfterSeconds: 5))
+        #expect(governor.admission(transcoding: 99, passthrough: 0, layers: 5) == .refuse(retryAfterSeconds: 5), "101 sessions' worth")
+        // So was one in which plays were taken and then stopped: 96 at its start and 98 at its
+        // end, but a play taken in it made 100 with 4 layers.
+        governor.took(transcoding: 99, passthrough: 0, layers: 4)
+        var takenAndStopped = Self.sample(at: 6, cpu: 1.6, transcoding: 98)
+        takenAndStopped.transcodingBefore = 96
+        _ = governor.observe(takenAndStopped)
+        #expect(governor.admission(transcoding: 98, passthrough: 0, layers: 4) == .admit, "99.8 sessions' worth")
+        #expect(governor.admission(transcoding: 99, passthrough: 0, layers: 4) == .refuse(retryAfterSeconds: 5))
+        // The next second judges by its own.
+        _ = governor.observe(Self.sample(at: 7, cpu: 1.6, transcoding: 90))
+        #expect(governor.admission(transcoding: 88, passthrough: 0) == .admit)
+        #expect(governor.admission(transcoding: 89, passthrough: 0) == .refuse(retryAfterSeconds: 5))
+        // With nothing playing there is nobody to protect: a queue's next track, on a host whose
+        // one play was short of time at the lowest complexity (CI at c847c9d: wavelink's next
+        // track refused with 503 after the first one ended), is judged by the budget alone.
+        var alone = LoadGovernor(settings: Self.settings)
+        _ = alone.stepDown(to: 2, at: 0)
+        _ = alone.observe(Self.sample(at: 1, cpu: 0.03, transcoding: 1, tight: 2))
+        #expect(alone.admission(transcoding: 1, passthrough: 0) == .refuse(retryAfterSeconds: 5))
+        #expect(alone.admission(transcoding: 0, passthrough: 0) == .admit)
+        #expect(alone.admission(transcoding: 0, passthrough: 1) == .refuse(retryAfterSeconds: 5), "a passed-through play to protect")
+        #expect(alone.headroom(transcoding: 0, passthrough: 0) > 0)
+        #expect(alone.headroom(transcoding: 1, passthrough: 0) == 0)
         var higher = LoadGovernor(settings: Self.settings)
         #expect(higher.observe(Self.sample(at: 0, cpu: 0.9, transcoding: 100, late: 1)) == .complexity(7))
         #expect(higher.admission(transcoding: 100, passthrough: 0) == .admit)

@@ -93,7 +93,9 @@ import WireProtocol
 
         // Room again once two stop.
         for index in 0..<2 { _ = try curl(cluster.engineURL + "/session/load-\(index)/stop", body: "{}") }
-        #expect(try await play("after-stop").status == 202)
+        let afterStop = try await play("after-stop")
+        let healthAfter = try await cluster.getJSON(cluster.engineURL + "/health") ?? [:]
+        #expect(afterStop.status == 202, "\(afterStop); \(healthAfter)")
 
         try await observe(for: .seconds(2))
         #expect(try abs(bystander.lastTone() - 440) < 5)

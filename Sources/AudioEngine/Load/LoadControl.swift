@@ -48,7 +48,12 @@ final class LoadControl: Sendable {
         let (decision, change, complexity) = governor.withLock { governor in
             let decision = governor.admission(transcoding: transcoding, passthrough: passthrough, layers: layers, adding: adding)
             var change: LoadGovernor.Change?
-            if case .admitStepDown(let lower) = decision { change = governor.stepDown(to: lower, at: now) }
+            switch decision {
+            case .admitStepDown(let lower): change = governor.stepDown(to: lower, at: now)
+            case .admit: break
+            case .refuse: return (decision, change, governor.lowestComplexity)
+            }
+            governor.took(transcoding: transcoding, passthrough: passthrough, layers: layers, adding: adding)
             return (decision, change, governor.lowestComplexity)
         }
         if let change { apply(change) }

@@ -111,8 +111,13 @@ package struct LoadGovernor: Sendable {
     /// Where the last second was short (frames late or nearly so, or the CPU over the budget)
     /// with transcoding sessions already at the lowest complexity, the sessions' worth it had
     /// (`units`): the host carried no more, whatever the estimates say, so no play or layer that
-    /// would bring the engine back to that is admitted until a second is not short.
+    /// would bring the engine back to that is admitted until a second is not short. A second in
+    /// which plays or layers stopped counts the most it carried. With nothing playing there is no
+    /// one to protect: a play is then judged by the budget alone (a queue's next track, after the
+    /// one before it ended on a busy host, is not refused).
     private(set) var saturatedUnits: Double?
+    /// The most sessions' worth a play or layer taken since the last sample brought the engine to.
+    private(set) var takenUnits = 0.0
     /// Where on `settings.leads` the lead is now, when it last changed, and when a frame was last late.
     private(set) var leadStep = 0
     private var leadChangedAt = -Double.infinity
@@ -158,8 +163,9 @@ package struct LoadGovernor: Sendable {
     /// transcode until it is open.
     func admission(transcoding: Int, passthrough: Int, layers: Int = 0, adding: Addition = .play) -> Admission {
         guard settings.enabled else { return .admit }
+        let protecting = transcoding + passthrough + layers > 0
         let (transcoding, passthrough, layers) = adding.counts(transcoding, passthrough, layers)
-        if let limit = saturatedUnits, Self.units(transcoding, layers) >= limit { return .refuse(retryAfterSeconds: 5) }
+        if protecting, let limit = saturatedUnits, Self.units(transcoding, layers) >= limit { return .refuse(retryAfterSeconds: 5) }
         if predicted(transcoding: transcoding, passthrough: passthrough, layers: layers, at: complexity) <= budget {
             return .admit
         }
@@ -170,6 +176,12 @@ package struct LoadGovernor: Sendable {
             return .admitStepDown(to: lower)
         }
         return .refuse(retryAfterSeconds: 5)
+    }
+
+    /// Remembers what a play or layer just admitted brings the engine to (`admission`'s counts).
+    mutating func took(transcoding: Int, passthrough: Int, layers: Int = 0, adding: Addition = .play) {
+        let (transcoding, _, layers) = adding.counts(transcoding, passthrough, layers)
+        takenUnits = max(takenUnits, Self.units(transcoding, layers))
     }
 
     /// What is asked to fit: a play (taken to transcode until it is open), or a layer over a
@@ -194,7 +206,7 @@ package struct LoadGovernor: Sendable {
         let each = transcodeCost(at: lowestComplexity)
         guard free > 0, each > 0 else { return 0 }
         let fits = Int(min(free / each, Double(Int32.max)))
-        guard let limit = saturatedUnits else { return fits }
+        guard let limit = saturatedUnits, transcoding + passthrough + layers > 0 else { return fits }
         let below = (limit - Self.units(transcoding, layers)).rounded(.up) - 1
         return min(fits, Int(max(min(below, Double(Int32.max)), 0)))
     }
@@ -219,7 +231,13 @@ package struct LoadGovernor: Sendable {
         let framesDue = max(sample.transcodedFrames, 1)
         let short = sample.late > 0 || Double(sample.tight) > 0.02 * Double(framesDue) || sample.cpu > budget
         let lowest = step >= settings.ladder.count - 1
-        saturatedUnits = settings.enabled && short && lowest ? Self.units(sample.transcoding, sample.layers) : nil
+        // A second in which plays stopped was short carrying the most it had: what it began with,
+        // or what a play or layer taken during it brought the engine to.
+        let carried = max(
+            Self.units(sample.transcoding, sample.layers), Self.units(sample.transcodingBefore, sample.layersBefore),
+            takenUnits)
+        takenUnits = 0
+        saturatedUnits = settings.enabled && short && lowest ? carried : nil
         guard settings.enabled, settings.ladder.count > 1 else { return nil }
         if short { pressureAt = sample.at }
         if short, sample.at - changedAt >= settings.stepDownSeconds {
