@@ -11,6 +11,7 @@ import signal
 import pytest
 
 from audio import decode, dominant_frequency, is_silence, level
+from host_clock import HostClock, lateness, time_reads
 from standin import StandInVoice
 from tonearm_discord.guild_player import GuildPlayer
 
@@ -49,16 +50,19 @@ def test_the_tone_reaches_discord_on_its_clock(cluster, frames):
             await player.link.command("play", url="tone-440.mp3")
             await wait_for(lambda: len(audible(voice.client.recorded())) > 0)
             first = len(voice.client.recorded())
-            await asyncio.sleep(3)
+            with HostClock() as host:
+                reads = time_reads(player.source)
+                await asyncio.sleep(3)
             window = voice.client.recorded()[first:]
+            reads = sorted(reads[: len(window)])
             await player.link.command("stop")
             await asyncio.sleep(1)
             counts = (player.link.audio_messages, player.link.audio_packets)
-            return window, voice.client.recorded(), list(voice.client.speaking), counts
+            return window, voice.client.recorded(), list(voice.client.speaking), counts, host.ticks, reads
         finally:
             await player.close()
 
-    window, everything, speaking, counts = asyncio.run(scenario())
+    window, everything, speaking, counts, ticks, reads = asyncio.run(scenario())
     if frames > 1:
         assert counts[0] * 2 < counts[1], f"{counts[0]} binary messages for {counts[1]} packets"
     sound = [p for _, p in audible(window)]
@@ -71,11 +75,24 @@ def test_the_tone_reaches_discord_on_its_clock(cluster, frames):
     chunks = [level(samples[i : i + 4800]) for i in range(4800, len(samples) - 4800, 4800)]  # after the decoder warmed up
     assert all(0.13 < chunk < 0.18 for chunk in chunks), [round(c, 3) for c in chunks]
     # Discord's clock: one packet every 20 ms, whatever the network did.
-    times = [t for t, _ in window]
-    errors = sorted(abs((b - a) - 0.020) for a, b in zip(times, times[1:]))
-    p99 = errors[int(len(errors) * 0.99) - 1]
-    print(f"p99 inter-packet error {p99 * 1000:.2f} ms, max {errors[-1] * 1000:.2f} ms, {len(window) / 3:.1f} packets/s")
-    assert p99 <= 0.005, f"p99 inter-packet error {p99 * 1000:.1f} ms"
+    # - The bridge's part of each tick, the source's read(), answers within 1 ms at the 99th
+    #   percentile (20-40 us measured, also beside six busy loops on two cores).
+    # - Against the grid discord.py keeps, no packet is a frame late, and no more than 10 of the
+    #   150 are over 4 ms late beyond what the host did over the same 3 s to a thread that only
+    #   keeps the same clock. On a loaded two-core host the scheduler alone makes 0-8 packets
+    #   4-11 ms late in 3 s; a read taking 5 ms five times a second made 15-17.
+    late = lateness([t for t, _ in window])
+    host_late = lateness(ticks[1:])
+    over, host_over = sum(1 for x in late if x > 0.004), sum(1 for x in host_late if x > 0.004)
+    read_p99 = reads[max(0, int(len(reads) * 0.99) - 1)]
+    print(
+        f"reads p99 {read_p99 * 1e6:.0f} us, max {reads[-1] * 1e6:.0f} us; "
+        f"{over} packets over 4 ms late, the latest {max(late) * 1000:.1f} ms, {len(window) / 3:.1f} packets/s; "
+        f"the host's clock beside it: {host_over} ticks over 4 ms late, the latest {max(host_late, default=0) * 1000:.1f} ms"
+    )
+    assert read_p99 <= 0.001, f"read() took {read_p99 * 1000:.1f} ms at the 99th percentile"
+    assert over <= 10 + host_over, f"{over} packets over 4 ms late on Discord's clock (the host's clock: {host_over})"
+    assert max(late) < 0.020, f"a packet {max(late) * 1000:.1f} ms late"
     assert 45 <= len(window) / 3 <= 55
     # After the stop: silence frames, and speaking off after it was on.
     assert all(is_silence(p) for p in [p for _, p in everything][-5:])
