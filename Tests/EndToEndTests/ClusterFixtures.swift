@@ -228,7 +228,8 @@ final class PairCluster: @unchecked Sendable {
             try pair.startRouter()
         }
         for pair in started {
-            #expect(await eventually(timeout: .seconds(30)) { await pair.routerLinkUp() }, "a pair's Router never reached its engine")
+            let up = await eventually(timeout: .seconds(30)) { await pair.routerLinkUp() }
+            #expect(up, "a pair's Router never reached its engine\(up ? "" : "\n" + pair.logTails())")
         }
     }
 

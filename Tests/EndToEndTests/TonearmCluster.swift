@@ -112,6 +112,15 @@ final class TonearmCluster: @unchecked Sendable {
         return try JSONSerialization.jsonObject(with: Data(body.readableBytesView)) as? [String: Any]
     }
 
+    /// The last lines of each process's log and whether it still runs, for a failure's message.
+    func logTails(lines: Int = 15) -> String {
+        [engine, router].compactMap { $0 }.map { process in
+            let text = (try? String(contentsOfFile: process.logPath, encoding: .utf8)) ?? ""
+            let state = process.isRunning ? "running" : "exited with \(process.exitCode)"
+            return "\(process.name) (\(state)), the end of its log:\n" + text.split(separator: "\n").suffix(lines).joined(separator: "\n")
+        }.joined(separator: "\n")
+    }
+
     /// Whether the Router reports its engine link up.
     func routerLinkUp() async -> Bool {
         guard let health = try? await getJSON(routerURL + "/health"),

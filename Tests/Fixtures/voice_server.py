@@ -275,9 +275,11 @@ def receive(sock):
         if len(data) == 74 and data[:4] == b"\x00\x01\x00\x46":
             ssrc = struct.unpack(">I", data[4:8])[0]
             ip = address[0].encode().ljust(64, b"\x00")
-            sock.sendto(b"\x00\x02\x00\x46" + struct.pack(">I", ssrc) + ip + struct.pack(">H", address[1]), address)
+            # Noted before the answer: the client's next message (select) may otherwise be noted
+            # first, by the event loop, while this thread waits for the lock.
             with judge.lock:
                 judge.note("discovery", ssrc=ssrc)
+            sock.sendto(b"\x00\x02\x00\x46" + struct.pack(">I", ssrc) + ip + struct.pack(">H", address[1]), address)
         else:
             judge.heard(data, arrival)
 

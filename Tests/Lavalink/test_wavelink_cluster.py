@@ -127,7 +127,10 @@ def test_wavelink_plays_through_a_cluster_whose_pairs_fail(lavalink_cluster, sta
 
             # The link ends where it plays now: its TrackEndEvent reaches wavelink, whose queue
             # plays the file next (a REST call through any Router, to the pair that plays the guild).
-            await standin.wait(lambda s: abs((s["dominant_hz"] or 0) - 330) < 10, timeout=30, what="the file after the link")
+            try:
+                await standin.wait(lambda s: abs((s["dominant_hz"] or 0) - 330) < 10, timeout=30, what="the file after the link")
+            except AssertionError as error:
+                raise AssertionError(f"{error}; wavelink's events: {events}") from None
             assert ("end", "tone-880.mp3", "finished") in events, events
 
             await player.pause(True)
