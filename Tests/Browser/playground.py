@@ -324,6 +324,15 @@ def stall(browser, url, _):
     check(after["underruns"] > before["underruns"], f"the stall was an underrun ({before['underruns']} → {after['underruns']})")
     check(after["lead"] <= after["depth"] + 0.12, f"no delay piled up: {after['lead'] * 1000:.0f} ms buffered (depth {after['depth'] * 1000:.0f} ms)")
     check(abs(frequency(a.page) - 440) <= 5, "the same tone continues")
+    # And what the burst left over the depth goes within seconds, so that a control is heard as
+    # soon as before the stall (the lowest lead over half a second: between packets it falls).
+    time.sleep(4)
+    leads = []
+    for _ in range(25):
+        leads.append(a.page.evaluate("tonearm.stats.lead"))
+        time.sleep(0.02)
+    depth = a.page.evaluate("tonearm.stats.depth")
+    check(min(leads) <= depth + 0.05, f"5 s after the stall, {min(leads) * 1000:.0f} ms buffered at the least (depth {depth * 1000:.0f} ms)")
 
 
 def guilds(browser, url, _):

@@ -1,13 +1,16 @@
 // Opus packets → WebCodecs AudioDecoder → Web Audio, through a small adaptive jitter buffer:
 // playback starts once about 120 ms are scheduled; an underrun (a packet that arrives after its
 // slot) restarts the buffer a little deeper (up to 300 ms); when packets pile up after a stall
-// the oldest are skipped so the delay never grows; the depth shrinks again while all is well.
+// the oldest are skipped so the delay never grows, and what the pile left over the depth is
+// skipped a frame a second; the depth shrinks again while all is well.
 // It also keeps what a test or a curious user may ask: the last second heard, its dominant
 // frequency and loudness, and the longest gap between packets. It needs WebCodecs, which browsers
 // offer only in a secure context (HTTPS or localhost); `stream-player.js` plays elsewhere.
 import { RATE, dominantFrequency, rms } from "/analysis.js";
 
 const MIN_DEPTH = 0.08, START_DEPTH = 0.12, MAX_DEPTH = 0.3;
+// More scheduled than the depth by this much for a second is delay a burst left, not jitter.
+const EXCESS = 0.03;
 
 export class Player {
   static get supported() {
@@ -22,6 +25,7 @@ export class Player {
     this.recent = new Float32Array(2 * RATE); // what was scheduled last, ending at the playhead
     this.recentWrite = 0;
     this.calmSince = 0;
+    this.excessSince = 0; // since when every packet found more than depth + EXCESS scheduled
     this.sources = new Set(); // scheduled and not yet ended
     this.heldUntil = 0; // after a pause press: packets still in flight are not played
   }
@@ -94,6 +98,7 @@ export class Player {
     data.close();
     this.stats.decoded++;
     const now = this.context.currentTime;
+    const ahead = this.playhead - now;
     if (this.playhead < now) {
       // Late: this is a start, or the network stalled. Restart deeper if it was an underrun.
       if (this.playhead > 0 && this.stats.lastArrival) {
@@ -102,13 +107,25 @@ export class Player {
       }
       this.playhead = now + this.depth;
       this.calmSince = now;
-    } else if (this.playhead - now > this.depth + 0.1) {
+    } else if (ahead > this.depth + 0.1) {
       // A burst after a stall: skip this frame rather than keep the extra delay.
       this.stats.skipped++;
       return;
-    } else if (now - this.calmSince > 10 && this.depth > MIN_DEPTH) {
-      this.depth = Math.max(MIN_DEPTH, this.depth - 0.005);
-      this.calmSince = now;
+    } else if (ahead > this.depth + EXCESS) {
+      // What a burst left over the depth: had every packet for a second found that much more
+      // scheduled, one frame is skipped (20 ms less delay), and so each second until it is gone.
+      this.excessSince ||= now;
+      if (now - this.excessSince > 1) {
+        this.excessSince = now;
+        this.stats.skipped++;
+        return;
+      }
+    } else {
+      this.excessSince = 0;
+      if (now - this.calmSince > 10 && this.depth > MIN_DEPTH) {
+        this.depth = Math.max(MIN_DEPTH, this.depth - 0.005);
+        this.calmSince = now;
+      }
     }
     this.remember(left);
     const source = this.context.createBufferSource();
